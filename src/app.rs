@@ -1,0 +1,156 @@
+//! Wiring: builds the application state from the configuration (the one
+//! function tests use too), runs the server and its background jobs, and
+//! shuts everything down on SIGTERM or Ctrl-C.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use metrics_exporter_prometheus::PrometheusHandle;
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::Config;
+use crate::domain::classify::RuleClassifier;
+use crate::http::extract::Auth;
+use crate::service::MemoryService;
+use crate::store::postgres::{self, PgStore};
+use crate::store::redis::RedisStore;
+use crate::{embed, jobs};
+
+/// Shared by every request. Cheap to clone: handles only.
+#[derive(Clone)]
+pub struct AppState {
+    /// All memory operations.
+    pub service: Arc<MemoryService>,
+    /// API keys and their tenants.
+    pub auth: Arc<Auth>,
+    /// Renders `/metrics`.
+    pub metrics: PrometheusHandle,
+    /// For pool gauges.
+    pub pg_pool: Option<PgPool>,
+    /// The OpenAPI document, rendered once.
+    pub openapi_json: Arc<String>,
+    pub body_limit: usize,
+    pub request_timeout_ms: u64,
+}
+
+/// The state plus the backends the background jobs and shutdown need.
+pub struct App {
+    pub state: AppState,
+    pub pg: PgStore,
+    pub redis: RedisStore,
+    pub config: Config,
+}
+
+/// Connects the backends, applies migrations (when configured), prepares
+/// partitions and the embedding model's indexes, and assembles the state.
+pub async fn build(config: Config) -> anyhow::Result<App> {
+    build_with_clock(config, Arc::new(SystemClock)).await
+}
+
+pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<App> {
+    if config.database.url.is_empty() {
+        anyhow::bail!("`database.url` is not set: give DATABASE_URL=postgres://user:pass@host:port/db");
+    }
+    let pool = postgres::connect_lazy(&config.database)?;
+    if config.database.migrate_on_start {
+        postgres::migrate(&pool).await?;
+    }
+    let pg = PgStore::new(pool.clone(), config.idempotency.ttl_hours);
+    let created = pg
+        .ensure_partitions(clock.now(), config.database.partitions_ahead_months)
+        .await
+        .context("preparing episodic partitions (did migrations run? try `engram migrate`)")?;
+    if created > 0 {
+        tracing::info!(created, "created episodic partitions");
+    }
+    let embedder = embed::from_config(&config.embedding)?;
+    match &embedder {
+        Some(e) => {
+            pg.ensure_model(e.model_id(), e.dimensions()).await?;
+            tracing::info!(model = e.model_id(), dimensions = e.dimensions(), "embedding model ready");
+        }
+        None => tracing::warn!("no embedding provider configured: memories are stored without vectors"),
+    }
+    let redis = RedisStore::connect(&config.redis).context("configuring Redis")?;
+    let auth = Auth::new(&config.auth);
+    if auth.is_open() {
+        tracing::warn!(
+            tenant = %config.auth.default_tenant,
+            "NO API KEYS CONFIGURED: the server is open to anyone who can reach it; \
+             every request acts for the default tenant. Set ENGRAM_API_KEYS or [[auth.keys]]."
+        );
+    }
+    let service = MemoryService {
+        store: Arc::new(pg.clone()),
+        working: Arc::new(redis.clone()),
+        skills: Arc::new(redis.clone()),
+        embedder,
+        classifier: Arc::new(RuleClassifier),
+        clock,
+    };
+    let state = AppState {
+        service: Arc::new(service),
+        auth: Arc::new(auth),
+        metrics: crate::telemetry::metrics_handle(),
+        pg_pool: Some(pool),
+        openapi_json: Arc::new(crate::http::openapi_json()),
+        body_limit: config.server.body_limit_bytes,
+        request_timeout_ms: config.server.request_timeout_ms,
+    };
+    Ok(App { state, pg, redis, config })
+}
+
+/// Serves until `shutdown` is cancelled, then drains requests (bounded by
+/// the grace period), stops the jobs and closes the backends.
+pub async fn run(listener: TcpListener, app: App, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let tracker = TaskTracker::new();
+    jobs::spawn_all(&tracker, &app, shutdown.clone());
+    tracker.close();
+
+    let router = crate::http::router(app.state.clone());
+    let grace = Duration::from_millis(app.config.server.shutdown_grace_ms);
+    let token = shutdown.clone();
+    let server = axum::serve(listener, router).with_graceful_shutdown(async move { token.cancelled().await });
+    let server = tokio::spawn(async move { server.await });
+    shutdown.cancelled().await;
+    match tokio::time::timeout(grace, server).await {
+        Ok(joined) => joined.context("server task")?.context("serving")?,
+        Err(_) => tracing::warn!("requests still running after the grace period; exiting anyway"),
+    }
+    tracker.wait().await;
+    app.redis.shutdown().await;
+    app.pg.pool().close().await;
+    Ok(())
+}
+
+/// Cancels `token` on SIGTERM or Ctrl-C.
+pub fn cancel_on_signal(token: CancellationToken) {
+    tokio::spawn(async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot listen for SIGTERM");
+                    std::future::pending::<()>().await
+                }
+            }
+        };
+        #[cfg(not(unix))]
+        let term = std::future::pending::<()>();
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term => {},
+        }
+        tracing::info!("shutting down");
+        token.cancel();
+    });
+}

@@ -1,0 +1,446 @@
+//! One typed configuration tree, layered: built-in defaults, then an optional
+//! TOML file (`--config` / `ENGRAM_CONFIG`), then `ENGRAM_*` environment
+//! variables (`__` separates levels: `ENGRAM_REDIS__KEY_PREFIX`), then the
+//! conventional `DATABASE_URL`, `REDIS_URL` and `ENGRAM_LISTEN`.
+//!
+//! `config/default.toml` documents every key and equals the built-in defaults
+//! (a test keeps them in step). Loading fails fast with a message naming the
+//! key; secrets never reach logs or `engram config`.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+const REDACTED: &str = "<redacted>";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub database: DatabaseConfig,
+    pub redis: RedisConfig,
+    pub auth: AuthConfig,
+    pub embedding: EmbeddingConfig,
+    pub idempotency: IdempotencyConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address to listen on.
+    pub listen: String,
+    /// Largest request body accepted, in bytes.
+    pub body_limit_bytes: usize,
+    /// A request still running after this long is answered 503.
+    pub request_timeout_ms: u64,
+    /// How long shutdown waits for requests in flight.
+    pub shutdown_grace_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseConfig {
+    /// Postgres URL (`DATABASE_URL`). Required by `serve` and `migrate`.
+    pub url: String,
+    pub max_connections: u32,
+    pub acquire_timeout_ms: u64,
+    /// Monthly episodic partitions kept created ahead of the current month.
+    pub partitions_ahead_months: u32,
+    /// Run pending migrations when the server starts.
+    pub migrate_on_start: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisConfig {
+    /// Redis URL (`REDIS_URL`); `redis-cluster://host:port,...` for a cluster.
+    pub url: String,
+    /// Every key engram writes starts with this prefix and a colon.
+    pub key_prefix: String,
+    /// Connections in the client pool.
+    pub pool_size: usize,
+    /// Per-command timeout.
+    pub timeout_ms: u64,
+    /// Most working-memory entries kept per session; the oldest are dropped.
+    pub working_max_entries: usize,
+    /// How long a procedural skill stays in the cache.
+    pub procedural_cache_ttl_secs: u64,
+    /// `Retry-After` sent with 503 when Redis is unreachable.
+    pub retry_after_secs: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// The tenant of every request when no API keys are configured.
+    pub default_tenant: String,
+    /// API keys: each maps the SHA-256 of a bearer token to a tenant.
+    pub keys: Vec<ApiKeyConfig>,
+}
+
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKeyConfig {
+    pub tenant: String,
+    /// Hex SHA-256 of the key (`printf %s KEY | sha256sum`).
+    pub key_sha256: String,
+}
+
+impl std::fmt::Debug for ApiKeyConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiKeyConfig").field("tenant", &self.tenant).field("key_sha256", &REDACTED).finish()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EmbeddingProvider {
+    /// No vectors: memories are stored and found by their text only.
+    None,
+    /// A deterministic hashed bag-of-words stand-in: lexical, not semantic.
+    LexicalHash,
+    /// Any OpenAI-compatible `/v1/embeddings` endpoint.
+    Openai,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EmbeddingConfig {
+    pub provider: EmbeddingProvider,
+    /// Vector size of the lexical-hash provider.
+    pub lexical_dimensions: usize,
+    pub openai: OpenAiConfig,
+}
+
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OpenAiConfig {
+    /// Base URL up to and including `/v1`.
+    pub base_url: String,
+    pub model: String,
+    /// Sent as a bearer token when not empty.
+    pub api_key: String,
+    /// Vector size the model returns (checked on every response).
+    pub dimensions: usize,
+    /// Ask the server to shorten vectors to `dimensions` (models that support it).
+    pub send_dimensions: bool,
+    /// Most texts per request.
+    pub batch_size: usize,
+    pub timeout_ms: u64,
+    /// Retries after a 429, a 5xx or a transport error, with exponential backoff.
+    pub max_retries: u32,
+}
+
+impl std::fmt::Debug for OpenAiConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiConfig")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &REDACTED)
+            .field("dimensions", &self.dimensions)
+            .field("batch_size", &self.batch_size)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IdempotencyConfig {
+    /// How long an `Idempotency-Key` is remembered.
+    pub ttl_hours: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `text` or `json`.
+    pub format: String,
+    /// A tracing filter; `RUST_LOG` wins when set.
+    pub filter: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            server: ServerConfig::default(),
+            database: DatabaseConfig::default(),
+            redis: RedisConfig::default(),
+            auth: AuthConfig::default(),
+            embedding: EmbeddingConfig::default(),
+            idempotency: IdempotencyConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+            body_limit_bytes: 2 * 1024 * 1024,
+            request_timeout_ms: 30_000,
+            shutdown_grace_ms: 10_000,
+        }
+    }
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            max_connections: 20,
+            acquire_timeout_ms: 5_000,
+            partitions_ahead_months: 3,
+            migrate_on_start: true,
+        }
+    }
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self {
+            url: "redis://127.0.0.1:6379".into(),
+            key_prefix: "engram".into(),
+            pool_size: 4,
+            timeout_ms: 1_000,
+            working_max_entries: 500,
+            procedural_cache_ttl_secs: 300,
+            retry_after_secs: 5,
+        }
+    }
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self { default_tenant: "default".into(), keys: Vec::new() }
+    }
+}
+
+impl Default for EmbeddingConfig {
+    fn default() -> Self {
+        Self { provider: EmbeddingProvider::None, lexical_dimensions: 384, openai: OpenAiConfig::default() }
+    }
+}
+
+impl Default for OpenAiConfig {
+    fn default() -> Self {
+        Self {
+            base_url: "https://api.openai.com/v1".into(),
+            model: "text-embedding-3-small".into(),
+            api_key: String::new(),
+            dimensions: 1536,
+            send_dimensions: false,
+            batch_size: 64,
+            timeout_ms: 10_000,
+            max_retries: 3,
+        }
+    }
+}
+
+impl Default for IdempotencyConfig {
+    fn default() -> Self {
+        Self { ttl_hours: 24 }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self { format: "text".into(), filter: "info".into() }
+    }
+}
+
+/// A configuration problem, naming the key.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration: {0}")]
+pub struct ConfigError(String);
+
+const SECTIONS: &[&str] = &["server", "database", "redis", "auth", "embedding", "idempotency", "log"];
+
+impl Config {
+    /// Loads defaults < `file` < `ENGRAM_*` < `DATABASE_URL`/`REDIS_URL`/`ENGRAM_LISTEN`,
+    /// plus API keys from `ENGRAM_API_KEYS` (`tenant:key,tenant:key`).
+    pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(path) = file {
+            if !path.exists() {
+                return Err(ConfigError(format!("config file {} does not exist", path.display())));
+            }
+            figment = figment.merge(Toml::file(path));
+        }
+        // Only keys that name a section are configuration; other ENGRAM_*
+        // variables (ENGRAM_CONFIG, ENGRAM_API_KEYS, test settings) are not.
+        let sectioned = Env::prefixed("ENGRAM_").split("__").filter(|k| {
+            let k = k.as_str().to_ascii_lowercase();
+            SECTIONS.iter().any(|s| k.starts_with(&format!("{s}__")))
+        });
+        figment = figment
+            .merge(sectioned)
+            .merge(Env::raw().only(&["DATABASE_URL"]).map(|_| "database.url".into()))
+            .merge(Env::raw().only(&["REDIS_URL"]).map(|_| "redis.url".into()))
+            .merge(Env::raw().only(&["ENGRAM_LISTEN"]).map(|_| "server.listen".into()));
+        let mut config: Config = figment.extract().map_err(|e| ConfigError(e.to_string()))?;
+        if let Ok(keys) = std::env::var("ENGRAM_API_KEYS") {
+            config.auth.keys.extend(parse_api_keys(&keys)?);
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks what types alone cannot.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |key: &str, why: &str| Err(ConfigError(format!("`{key}` {why}")));
+        if self.server.listen.parse::<SocketAddr>().is_err() {
+            return bad("server.listen", "must be an address like 127.0.0.1:8080");
+        }
+        if self.server.body_limit_bytes == 0 {
+            return bad("server.body_limit_bytes", "must be greater than 0");
+        }
+        if self.server.request_timeout_ms == 0 {
+            return bad("server.request_timeout_ms", "must be greater than 0");
+        }
+        if self.database.max_connections == 0 {
+            return bad("database.max_connections", "must be greater than 0");
+        }
+        if self.redis.key_prefix.is_empty() || self.redis.key_prefix.contains(char::is_whitespace) {
+            return bad("redis.key_prefix", "must be a non-empty word");
+        }
+        if self.redis.pool_size == 0 {
+            return bad("redis.pool_size", "must be greater than 0");
+        }
+        if self.redis.working_max_entries == 0 {
+            return bad("redis.working_max_entries", "must be greater than 0");
+        }
+        if crate::domain::validate::identifier("", &self.auth.default_tenant).is_err() {
+            return bad("auth.default_tenant", "must be a 1-64 character identifier");
+        }
+        for (i, key) in self.auth.keys.iter().enumerate() {
+            if crate::domain::validate::identifier("", &key.tenant).is_err() {
+                return bad(&format!("auth.keys[{i}].tenant"), "must be a 1-64 character identifier");
+            }
+            if key.key_sha256.len() != 64 || !key.key_sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return bad(&format!("auth.keys[{i}].key_sha256"), "must be 64 hex digits");
+            }
+        }
+        if self.embedding.lexical_dimensions < 16 {
+            return bad("embedding.lexical_dimensions", "must be at least 16");
+        }
+        let oa = &self.embedding.openai;
+        if self.embedding.provider == EmbeddingProvider::Openai {
+            if !(oa.base_url.starts_with("http://") || oa.base_url.starts_with("https://")) {
+                return bad("embedding.openai.base_url", "must be an http(s) URL");
+            }
+            if oa.model.is_empty() {
+                return bad("embedding.openai.model", "must not be empty");
+            }
+        }
+        if oa.dimensions == 0 || oa.dimensions > 16_000 {
+            return bad("embedding.openai.dimensions", "must be between 1 and 16000");
+        }
+        if oa.batch_size == 0 {
+            return bad("embedding.openai.batch_size", "must be greater than 0");
+        }
+        if self.idempotency.ttl_hours == 0 {
+            return bad("idempotency.ttl_hours", "must be greater than 0");
+        }
+        if !matches!(self.log.format.as_str(), "text" | "json") {
+            return bad("log.format", "must be `text` or `json`");
+        }
+        Ok(())
+    }
+
+    /// The configuration with passwords and keys masked, for display.
+    pub fn redacted(&self) -> Config {
+        let mut c = self.clone();
+        c.database.url = redact_url(&c.database.url);
+        c.redis.url = redact_url(&c.redis.url);
+        if !c.embedding.openai.api_key.is_empty() {
+            c.embedding.openai.api_key = REDACTED.into();
+        }
+        for key in &mut c.auth.keys {
+            key.key_sha256 = REDACTED.into();
+        }
+        c
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_default()
+    }
+}
+
+/// Parses `tenant:key,tenant:key` into hashed keys.
+pub fn parse_api_keys(spec: &str) -> Result<Vec<ApiKeyConfig>, ConfigError> {
+    spec.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|pair| {
+            let (tenant, key) = pair
+                .split_once(':')
+                .filter(|(t, k)| !t.is_empty() && !k.is_empty())
+                .ok_or_else(|| ConfigError("`ENGRAM_API_KEYS` must look like tenant:key,tenant:key".into()))?;
+            Ok(ApiKeyConfig { tenant: tenant.to_string(), key_sha256: hex::encode(Sha256::digest(key.as_bytes())) })
+        })
+        .collect()
+}
+
+/// Masks the password of a URL such as `postgres://user:secret@host/db`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    let Some((userinfo, host)) = rest.rsplit_once('@') else { return url.to_string() };
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:{REDACTED}@{host}"),
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_toml_equals_the_built_in_defaults() {
+        let text = include_str!("../config/default.toml");
+        let from_file: Config = Figment::from(Toml::string(text)).extract().expect("config/default.toml parses");
+        assert_eq!(from_file, Config::default());
+    }
+
+    #[test]
+    fn urls_lose_their_passwords() {
+        assert_eq!(redact_url("postgres://u:p@h:5432/db"), "postgres://u:<redacted>@h:5432/db");
+        assert_eq!(redact_url("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+    }
+
+    #[test]
+    fn api_keys_are_hashed_at_load() {
+        let keys = parse_api_keys("acme:s3cret, beta:other").unwrap();
+        assert_eq!(keys[0].tenant, "acme");
+        // printf %s s3cret | sha256sum
+        assert_eq!(keys[0].key_sha256, hex::encode(Sha256::digest(b"s3cret")));
+        assert_eq!(keys[1].tenant, "beta");
+        assert!(parse_api_keys("nocolon").is_err());
+    }
+
+    #[test]
+    fn invalid_values_name_their_key() {
+        let mut c = Config::default();
+        c.server.listen = "nowhere".into();
+        assert!(c.validate().unwrap_err().to_string().contains("server.listen"));
+        let mut c = Config::default();
+        c.log.format = "xml".into();
+        assert!(c.validate().unwrap_err().to_string().contains("log.format"));
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_with_their_name() {
+        let err = Figment::from(Serialized::defaults(Config::default()))
+            .merge(Toml::string("[server]\nlisten_addr = \"x\""))
+            .extract::<Config>()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("listen_addr"), "{err}");
+    }
+}

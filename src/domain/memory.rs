@@ -1,0 +1,384 @@
+//! The memory record as engram stores and returns it, the validated input of a
+//! write, and the enums (tier, retention, event type, outcome) with their rules.
+
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+/// The four memory tiers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    /// The current session: held in Redis with a TTL.
+    Working,
+    /// Past interactions: time-partitioned rows with a vector.
+    Episodic,
+    /// Facts: deduplicated by content, superseded on contradiction.
+    Semantic,
+    /// Learned skills: upserted by skill name with success counters.
+    Procedural,
+}
+
+impl Tier {
+    pub const ALL: [Tier; 4] = [Tier::Working, Tier::Episodic, Tier::Semantic, Tier::Procedural];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Working => "working",
+            Tier::Episodic => "episodic",
+            Tier::Semantic => "semantic",
+            Tier::Procedural => "procedural",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Tier> {
+        Tier::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+
+    /// The retention a memory of this tier gets when the writer names none.
+    pub fn default_retention(self) -> Retention {
+        match self {
+            Tier::Working => Retention::Session,
+            Tier::Episodic => Retention::MediumTerm,
+            Tier::Semantic => Retention::LongTerm,
+            Tier::Procedural => Retention::Permanent,
+        }
+    }
+}
+
+/// How long a memory is kept after it was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Retention {
+    /// One hour.
+    Transient,
+    /// 24 hours.
+    Session,
+    /// 7 days.
+    ShortTerm,
+    /// 90 days.
+    MediumTerm,
+    /// 365 days.
+    LongTerm,
+    /// Never expires.
+    Permanent,
+}
+
+impl Retention {
+    pub const ALL: [Retention; 6] = [
+        Retention::Transient,
+        Retention::Session,
+        Retention::ShortTerm,
+        Retention::MediumTerm,
+        Retention::LongTerm,
+        Retention::Permanent,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Retention::Transient => "transient",
+            Retention::Session => "session",
+            Retention::ShortTerm => "short_term",
+            Retention::MediumTerm => "medium_term",
+            Retention::LongTerm => "long_term",
+            Retention::Permanent => "permanent",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Retention> {
+        Retention::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    /// The lifetime of a memory of this retention; `None` is forever.
+    pub fn duration(self) -> Option<Duration> {
+        match self {
+            Retention::Transient => Some(Duration::hours(1)),
+            Retention::Session => Some(Duration::hours(24)),
+            Retention::ShortTerm => Some(Duration::days(7)),
+            Retention::MediumTerm => Some(Duration::days(90)),
+            Retention::LongTerm => Some(Duration::days(365)),
+            Retention::Permanent => None,
+        }
+    }
+
+    /// When a memory ingested at `ingested_at` expires.
+    pub fn expires_at(self, ingested_at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.duration().map(|d| ingested_at + d)
+    }
+}
+
+/// What kind of interaction an episode records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EventType {
+    Conversation,
+    Action,
+    Observation,
+    Outcome,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Conversation => "conversation",
+            EventType::Action => "action",
+            EventType::Observation => "observation",
+            EventType::Outcome => "outcome",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<EventType> {
+        [EventType::Conversation, EventType::Action, EventType::Observation, EventType::Outcome]
+            .into_iter()
+            .find(|e| e.as_str() == s)
+    }
+}
+
+/// How an episode or a use of a skill ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Success,
+    Failure,
+    Partial,
+    Unknown,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::Failure => "failure",
+            Outcome::Partial => "partial",
+            Outcome::Unknown => "unknown",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Outcome> {
+        [Outcome::Success, Outcome::Failure, Outcome::Partial, Outcome::Unknown]
+            .into_iter()
+            .find(|o| o.as_str() == s)
+    }
+}
+
+/// A memory as engram returns it. Fields that belong to one tier only are
+/// absent from the JSON of the other tiers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Memory {
+    pub id: Uuid,
+    pub tier: Tier,
+    pub agent_id: String,
+    pub user_id: Option<String>,
+    pub session_id: Option<String>,
+    /// The text: the interaction, the fact, or what the skill does.
+    pub content: String,
+    /// 0 to 1.
+    pub importance: f32,
+    pub retention: Retention,
+    #[schema(value_type = Object)]
+    pub metadata: Map<String, Value>,
+    /// Private memories are never shared with other agents.
+    pub private: bool,
+    /// When the remembered thing happened (client-given; defaults to the write time).
+    pub occurred_at: DateTime<Utc>,
+    /// When engram ingested it.
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// When engram forgets it; null is never.
+    pub expires_at: Option<DateTime<Utc>>,
+    pub access_count: i64,
+    pub last_accessed_at: Option<DateTime<Utc>>,
+    /// The model whose vector is stored for this memory; null when none is.
+    pub embedding_model: Option<String>,
+
+    // Episodic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_type: Option<EventType>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<Outcome>,
+
+    // Semantic.
+    /// `user:{user_id}` or `agent:{agent_id}`: the scope of deduplication.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicate: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valid_from: Option<DateTime<Utc>>,
+    /// Set when a newer fact superseded this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valid_until: Option<DateTime<Utc>>,
+    /// The fact this one replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supersedes: Option<Uuid>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_episode_id: Option<Uuid>,
+
+    // Procedural.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skill_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger_pattern: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub policy: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub tool_sequence: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub success_count: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_count: Option<i32>,
+    /// success / (success + failure); 0 before any outcome.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub success_rate: Option<f32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub avg_reward: Option<f32>,
+    /// Incremented on every upsert of the skill.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<i32>,
+}
+
+impl Memory {
+    /// Whether engram has forgotten this memory as of `now`, even if no sweep
+    /// has deleted it yet.
+    pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
+        self.expires_at.is_some_and(|e| e <= now)
+    }
+}
+
+/// A memory in a write response.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct WrittenMemory {
+    #[serde(flatten)]
+    pub memory: Memory,
+    /// True when an identical fact already existed and its id is returned.
+    pub deduplicated: bool,
+}
+
+/// A validated write, tier and importance already decided.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewMemory {
+    pub id: Uuid,
+    pub tier: Tier,
+    pub agent_id: String,
+    pub user_id: Option<String>,
+    pub session_id: Option<String>,
+    pub content: String,
+    pub importance: f32,
+    pub retention: Retention,
+    pub metadata: Map<String, Value>,
+    pub private: bool,
+    pub occurred_at: Option<DateTime<Utc>>,
+    pub event_type: Option<EventType>,
+    pub outcome: Option<Outcome>,
+    pub subject: Option<String>,
+    pub predicate: Option<String>,
+    pub object: Option<String>,
+    pub confidence: Option<f32>,
+    pub source_episode_id: Option<Uuid>,
+    pub skill_name: Option<String>,
+    pub trigger_pattern: Option<String>,
+    pub policy: Option<Value>,
+    pub tool_sequence: Option<Value>,
+    pub reward: Option<f32>,
+}
+
+impl NewMemory {
+    /// The dedup scope of a fact: the user's when one is named, else the agent's.
+    pub fn namespace(&self) -> String {
+        namespace(&self.agent_id, self.user_id.as_deref())
+    }
+}
+
+pub fn namespace(agent_id: &str, user_id: Option<&str>) -> String {
+    match user_id {
+        Some(u) => format!("user:{u}"),
+        None => format!("agent:{agent_id}"),
+    }
+}
+
+/// A validated partial update.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MemoryPatch {
+    pub content: Option<String>,
+    pub importance: Option<f32>,
+    /// A JSON merge patch (RFC 7396) applied to the stored metadata.
+    pub metadata: Option<Map<String, Value>>,
+    pub retention: Option<Retention>,
+}
+
+/// Applies an RFC 7396 merge patch to a metadata object: keys set to null are
+/// removed, objects merge recursively, anything else replaces.
+pub fn merge_metadata(target: &mut Map<String, Value>, patch: &Map<String, Value>) {
+    for (k, v) in patch {
+        match v {
+            Value::Null => {
+                target.remove(k);
+            }
+            Value::Object(p) => {
+                let entry = target.entry(k.clone()).or_insert_with(|| Value::Object(Map::new()));
+                if let Value::Object(t) = entry {
+                    merge_metadata(t, p);
+                } else {
+                    let mut fresh = Map::new();
+                    merge_metadata(&mut fresh, p);
+                    *entry = Value::Object(fresh);
+                }
+            }
+            other => {
+                target.insert(k.clone(), other.clone());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+    use serde_json::json;
+
+    #[test]
+    fn retention_durations_follow_the_tiers_table() {
+        let t0 = Utc.with_ymd_and_hms(2026, 1, 31, 12, 0, 0).unwrap();
+        // 1 h, 24 h, 7 d, 90 d, 365 d, never.
+        assert_eq!(Retention::Transient.expires_at(t0), Some(Utc.with_ymd_and_hms(2026, 1, 31, 13, 0, 0).unwrap()));
+        assert_eq!(Retention::Session.expires_at(t0), Some(Utc.with_ymd_and_hms(2026, 2, 1, 12, 0, 0).unwrap()));
+        assert_eq!(Retention::ShortTerm.expires_at(t0), Some(Utc.with_ymd_and_hms(2026, 2, 7, 12, 0, 0).unwrap()));
+        // Jan 31 + 90 days = May 1 (28 days of February 2026, 31 of March, 30 of April: 1 + 28 + 31 + 30 = 90).
+        assert_eq!(Retention::MediumTerm.expires_at(t0), Some(Utc.with_ymd_and_hms(2026, 5, 1, 12, 0, 0).unwrap()));
+        assert_eq!(Retention::LongTerm.expires_at(t0), Some(Utc.with_ymd_and_hms(2027, 1, 31, 12, 0, 0).unwrap()));
+        assert_eq!(Retention::Permanent.expires_at(t0), None);
+    }
+
+    #[test]
+    fn each_tier_has_its_default_retention() {
+        assert_eq!(Tier::Working.default_retention(), Retention::Session);
+        assert_eq!(Tier::Episodic.default_retention(), Retention::MediumTerm);
+        assert_eq!(Tier::Semantic.default_retention(), Retention::LongTerm);
+        assert_eq!(Tier::Procedural.default_retention(), Retention::Permanent);
+    }
+
+    #[test]
+    fn namespace_is_the_users_when_given_else_the_agents() {
+        assert_eq!(namespace("a1", Some("u9")), "user:u9");
+        assert_eq!(namespace("a1", None), "agent:a1");
+    }
+
+    #[test]
+    fn metadata_merge_patch_sets_removes_and_merges() {
+        let mut target = json!({"a": 1, "b": {"c": 2, "d": 3}, "e": "x"}).as_object().unwrap().clone();
+        let patch = json!({"a": null, "b": {"c": null, "f": 4}, "g": true}).as_object().unwrap().clone();
+        merge_metadata(&mut target, &patch);
+        assert_eq!(Value::Object(target), json!({"b": {"d": 3, "f": 4}, "e": "x", "g": true}));
+    }
+}

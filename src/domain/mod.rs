@@ -1,0 +1,15 @@
+//! Pure rules and types of engram's memory model: tiers, retention, content
+//! normalisation, classification and input validation.
+//!
+//! Nothing here knows about HTTP, SQL or Redis, so every rule can be unit
+//! tested with exact values and reused by every storage backend.
+
+pub mod classify;
+pub mod content;
+pub mod draft;
+pub mod memory;
+pub mod validate;
+
+pub use memory::{
+    EventType, Memory, MemoryPatch, NewMemory, Outcome, Retention, Tier, WrittenMemory,
+};

@@ -1,0 +1,48 @@
+//! Text embedders behind one trait. Every vector engram stores is tagged with
+//! the [`Embedder::model_id`] that made it, and only vectors of one model are
+//! ever compared.
+
+pub mod lexical;
+pub mod openai;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::config::{EmbeddingConfig, EmbeddingProvider};
+
+#[derive(Debug, thiserror::Error)]
+pub enum EmbedError {
+    /// The provider could not be reached or kept failing; worth retrying later.
+    #[error("embedding provider unavailable: {0}")]
+    Unavailable(String),
+    /// The provider answered something engram cannot use.
+    #[error("embedding provider answered badly: {0}")]
+    BadResponse(String),
+}
+
+#[async_trait]
+pub trait Embedder: Send + Sync {
+    /// Stored next to every vector; two ids are two vector spaces.
+    fn model_id(&self) -> &str;
+    fn dimensions(&self) -> usize;
+    /// One vector per text, in order, each L2-normalised.
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError>;
+}
+
+/// The configured embedder, or none.
+pub fn from_config(config: &EmbeddingConfig) -> anyhow::Result<Option<Arc<dyn Embedder>>> {
+    Ok(match config.provider {
+        EmbeddingProvider::None => None,
+        EmbeddingProvider::LexicalHash => Some(Arc::new(lexical::LexicalHashEmbedder::new(config.lexical_dimensions))),
+        EmbeddingProvider::Openai => Some(Arc::new(openai::OpenAiEmbedder::new(&config.openai)?)),
+    })
+}
+
+/// Scales a vector to unit length (a zero vector stays zero).
+pub fn normalize(v: &mut [f32]) {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+}

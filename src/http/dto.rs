@@ -1,0 +1,195 @@
+//! Request and response bodies of the memory routes, and their conversion
+//! into domain values (with every range check naming its field).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::domain::draft::Draft;
+use crate::domain::validate::{self, Check};
+use crate::domain::{EventType, Memory, MemoryPatch, Outcome, Retention, Tier, WrittenMemory};
+
+/// One memory to write. Only `agent_id` and `content` are required; tier and
+/// importance are decided by the classifier when absent.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateMemoryRequest {
+    /// The agent the memory belongs to (1-64 characters).
+    pub agent_id: String,
+    /// The user it is about, if any; scopes fact deduplication to `user:{user_id}`.
+    pub user_id: Option<String>,
+    /// Required for working memory.
+    pub session_id: Option<String>,
+    /// The text: the interaction, the fact, or what the skill does (at most 32 KiB).
+    pub content: String,
+    pub tier: Option<Tier>,
+    /// 0 to 1; scored by the classifier when absent.
+    pub importance: Option<f64>,
+    /// Defaults: working → session, episodic → medium_term, semantic → long_term, procedural → permanent.
+    pub retention: Option<Retention>,
+    /// Episodic only; default `conversation`.
+    pub event_type: Option<EventType>,
+    /// Episodic, or procedural where it moves the success/failure counters.
+    pub outcome: Option<Outcome>,
+    /// Private memories are never shared with other agents.
+    pub private: Option<bool>,
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Map<String, Value>>,
+    /// When it happened (RFC 3339); default now. Recency decays from here.
+    pub occurred_at: Option<DateTime<Utc>>,
+    /// Semantic: a fact with subject and predicate supersedes the valid fact
+    /// on the same pair whose confidence is not higher.
+    pub subject: Option<String>,
+    pub predicate: Option<String>,
+    pub object: Option<String>,
+    /// Semantic: 0 to 1, default 0.7.
+    pub confidence: Option<f64>,
+    /// Semantic: the episode the fact was learned from.
+    pub source_episode_id: Option<Uuid>,
+    /// Procedural: the skill's name, unique per agent; writing it again updates the skill.
+    pub skill_name: Option<String>,
+    /// Procedural: when the skill applies.
+    pub trigger_pattern: Option<String>,
+    /// Procedural: learned parameters or steps.
+    #[schema(value_type = Option<Object>)]
+    pub policy: Option<Map<String, Value>>,
+    /// Procedural: ordered tool calls.
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub tool_sequence: Option<Vec<Value>>,
+    /// Procedural: reward of this use, -1 to 1; averaged into `avg_reward`.
+    pub reward: Option<f64>,
+}
+
+/// Up to 500 memories, written all or nothing.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchRequest {
+    pub memories: Vec<CreateMemoryRequest>,
+}
+
+/// Either one memory or `{"memories": [...]}`.
+#[derive(Deserialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum CreateMemoriesBody {
+    Single(CreateMemoryRequest),
+    Batch(BatchRequest),
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WriteResponse {
+    /// In request order.
+    pub memories: Vec<WrittenMemory>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ListResponse {
+    pub memories: Vec<Memory>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HistoryResponse {
+    /// The fact's supersede chain, oldest first.
+    pub memories: Vec<Memory>,
+}
+
+/// Fields to change; absent fields stay as they are.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateMemoryRequest {
+    /// New text; the memory is embedded again.
+    pub content: Option<String>,
+    pub importance: Option<f64>,
+    /// Merged into the stored metadata (RFC 7396: a null value removes its key).
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Map<String, Value>>,
+    /// New retention; expires_at becomes created_at plus its duration.
+    pub retention: Option<Retention>,
+}
+
+fn opt_unit(at: &str, name: &str, v: Option<f64>) -> Check<Option<f32>> {
+    v.map(|x| validate::unit_interval(&format!("{at}/{name}"), x)).transpose()
+}
+
+fn opt_id(at: &str, name: &str, v: &Option<String>) -> Check<()> {
+    v.as_deref().map_or(Ok(()), |x| validate::identifier(&format!("{at}/{name}"), x))
+}
+
+fn opt_text(at: &str, name: &str, v: &Option<String>, max: usize) -> Check<()> {
+    v.as_deref().map_or(Ok(()), |x| validate::short_text(&format!("{at}/{name}"), x, max))
+}
+
+impl CreateMemoryRequest {
+    /// Range checks, then the draft the service classifies. `at` is this
+    /// memory's JSON pointer.
+    pub fn into_draft(self, at: &str, now: DateTime<Utc>) -> Check<Draft> {
+        validate::identifier(&format!("{at}/agent_id"), &self.agent_id)?;
+        opt_id(at, "user_id", &self.user_id)?;
+        opt_id(at, "session_id", &self.session_id)?;
+        validate::content(&format!("{at}/content"), &self.content)?;
+        let importance = opt_unit(at, "importance", self.importance)?;
+        let confidence = opt_unit(at, "confidence", self.confidence)?;
+        let reward = self.reward.map(|r| validate::reward(&format!("{at}/reward"), r)).transpose()?;
+        opt_text(at, "subject", &self.subject, 256)?;
+        opt_text(at, "predicate", &self.predicate, 128)?;
+        opt_text(at, "object", &self.object, 4096)?;
+        opt_text(at, "skill_name", &self.skill_name, 128)?;
+        opt_text(at, "trigger_pattern", &self.trigger_pattern, 4096)?;
+        let metadata = self.metadata.unwrap_or_default();
+        validate::metadata(&format!("{at}/metadata"), &metadata)?;
+        if let Some(t) = self.occurred_at {
+            validate::occurred_at(&format!("{at}/occurred_at"), t, now)?;
+        }
+        Ok(Draft {
+            tier: self.tier,
+            agent_id: self.agent_id,
+            user_id: self.user_id,
+            session_id: self.session_id,
+            content: self.content,
+            importance,
+            retention: self.retention,
+            metadata,
+            private: self.private.unwrap_or(false),
+            occurred_at: self.occurred_at,
+            event_type: self.event_type,
+            outcome: self.outcome,
+            subject: self.subject,
+            predicate: self.predicate,
+            object: self.object,
+            confidence,
+            source_episode_id: self.source_episode_id,
+            skill_name: self.skill_name,
+            trigger_pattern: self.trigger_pattern,
+            policy: self.policy.map(Value::Object),
+            tool_sequence: self.tool_sequence.map(Value::Array),
+            reward,
+        })
+    }
+}
+
+impl UpdateMemoryRequest {
+    pub fn into_patch(self) -> Check<MemoryPatch> {
+        if self.content.is_none() && self.importance.is_none() && self.metadata.is_none() && self.retention.is_none() {
+            return Err(validate::FieldError::new(
+                "",
+                "give at least one of content, importance, metadata, retention",
+            ));
+        }
+        if let Some(c) = &self.content {
+            validate::content("/content", c)?;
+        }
+        if let Some(m) = &self.metadata {
+            validate::metadata("/metadata", m)?;
+        }
+        Ok(MemoryPatch {
+            content: self.content,
+            importance: opt_unit("", "importance", self.importance)?,
+            metadata: self.metadata,
+            retention: self.retention,
+        })
+    }
+}

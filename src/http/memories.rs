@@ -1,0 +1,305 @@
+//! `/v1/memories`: write, read, list, update, delete and fact history.
+//! Handlers parse, call the service, and map; rules live in the service and
+//! the domain.
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::dto::{
+    BatchRequest, CreateMemoriesBody, CreateMemoryRequest, HistoryResponse, ListResponse, UpdateMemoryRequest,
+    WriteResponse,
+};
+use super::extract::{Tenant, ValidJson, from_value};
+use crate::app::AppState;
+use crate::domain::validate::{self, FieldError};
+use crate::domain::{Memory, Tier};
+use crate::error::{ApiError, ErrorBody};
+use crate::service::{Written, write_body};
+use crate::store::{Cursor, IdempotencyKey, ListFilter};
+
+pub const DEFAULT_LIMIT: usize = 50;
+pub const MAX_LIMIT: usize = 200;
+
+fn parse_id(raw: &str) -> Result<Uuid, ApiError> {
+    raw.parse().map_err(|_| ApiError::field("id", "must be a UUID"))
+}
+
+fn idempotency_key(headers: &HeaderMap, body_sha256: &str) -> Result<Option<IdempotencyKey>, ApiError> {
+    let Some(v) = headers.get("idempotency-key") else { return Ok(None) };
+    let key = v
+        .to_str()
+        .ok()
+        .filter(|k| !k.is_empty() && k.len() <= 255)
+        .ok_or_else(|| ApiError::field("Idempotency-Key", "must be 1-255 visible ASCII characters"))?;
+    Ok(Some(IdempotencyKey { key: key.to_string(), request_hash: body_sha256.to_string() }))
+}
+
+/// Write one memory or a batch.
+///
+/// Working memory goes to the session in Redis; the other tiers are committed
+/// to the database before the 201 is sent. A batch is all or nothing. A fact
+/// identical to a valid fact of the same agent and namespace returns the
+/// existing one with `deduplicated: true`. With an `Idempotency-Key`, the same
+/// key and body within 24 h return the first response; the same key with
+/// another body is 409.
+#[utoipa::path(
+    post, path = "/v1/memories", tag = "memories",
+    request_body = CreateMemoriesBody,
+    params(("Idempotency-Key" = Option<String>, Header, description = "Makes retries safe: same key and body, same response")),
+    responses(
+        (status = 201, description = "Written, in request order", body = WriteResponse),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 401, description = "Missing or unknown API key", body = ErrorBody),
+        (status = 409, description = "Idempotency key reused with another body", body = ErrorBody),
+        (status = 413, description = "Body over the limit", body = ErrorBody),
+        (status = 422, description = "A field is missing, mistyped or out of range", body = ErrorBody),
+        (status = 503, description = "A backend is unavailable; see Retry-After", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn create_memories(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    headers: HeaderMap,
+    body: ValidJson<serde_json::Value>,
+) -> Result<Response, ApiError> {
+    let key = idempotency_key(&headers, &body.body_sha256)?;
+    let now = state.service.clock.now();
+    let batch = body.value.as_object().is_some_and(|o| o.contains_key("memories"));
+    let drafts = if batch {
+        let req: BatchRequest = from_value(body.value)?;
+        validate::batch_size("/memories", req.memories.len())?;
+        req.memories
+            .into_iter()
+            .enumerate()
+            .map(|(i, m)| m.into_draft(&format!("/memories/{i}"), now))
+            .collect::<Result<Vec<_>, FieldError>>()?
+    } else {
+        let req: CreateMemoryRequest = from_value(body.value)?;
+        vec![req.into_draft("", now)?]
+    };
+    let pointer = move |i: usize| if batch { format!("/memories/{i}") } else { String::new() };
+    match state.service.write(&tenant, drafts, &pointer, key).await? {
+        Written::Fresh(memories) => Ok((StatusCode::CREATED, Json(write_body(&memories))).into_response()),
+        Written::Replayed { status, body } => {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::CREATED);
+            let mut response = (status, Json(body)).into_response();
+            response.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
+            Ok(response)
+        }
+    }
+}
+
+/// Read one memory.
+#[utoipa::path(
+    get, path = "/v1/memories/{id}", tag = "memories",
+    params(("id" = Uuid, Path, description = "Memory id")),
+    responses(
+        (status = 200, body = Memory),
+        (status = 404, description = "No such memory for this tenant (or expired)", body = ErrorBody),
+        (status = 422, description = "The id is not a UUID", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn get_memory(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Path(id): Path<String>,
+) -> Result<Json<Memory>, ApiError> {
+    let id = parse_id(&id)?;
+    Ok(Json(state.service.get(&tenant, id).await?))
+}
+
+/// Change content (re-embedded), importance, metadata (merge patch) or retention.
+#[utoipa::path(
+    patch, path = "/v1/memories/{id}", tag = "memories",
+    params(("id" = Uuid, Path, description = "Memory id")),
+    request_body = UpdateMemoryRequest,
+    responses(
+        (status = 200, body = Memory),
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "The new content duplicates another valid fact", body = ErrorBody),
+        (status = 422, body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn update_memory(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Path(id): Path<String>,
+    body: ValidJson<serde_json::Value>,
+) -> Result<Json<Memory>, ApiError> {
+    let id = parse_id(&id)?;
+    let patch = from_value::<UpdateMemoryRequest>(body.value)?.into_patch()?;
+    Ok(Json(state.service.update(&tenant, id, patch).await?))
+}
+
+/// Delete a memory for good, with every copy (Redis included).
+#[utoipa::path(
+    delete, path = "/v1/memories/{id}", tag = "memories",
+    params(("id" = Uuid, Path, description = "Memory id")),
+    responses((status = 204, description = "Deleted"), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn delete_memory(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let id = parse_id(&id)?;
+    state.service.delete(&tenant, id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A fact's supersede chain, oldest first (a single memory for other tiers).
+#[utoipa::path(
+    get, path = "/v1/memories/{id}/history", tag = "memories",
+    params(("id" = Uuid, Path, description = "Memory id")),
+    responses((status = 200, body = HistoryResponse), (status = 404, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn memory_history(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Path(id): Path<String>,
+) -> Result<Json<HistoryResponse>, ApiError> {
+    let id = parse_id(&id)?;
+    Ok(Json(HistoryResponse { memories: state.service.history(&tenant, id).await? }))
+}
+
+/// List memories, newest first, with keyset pagination.
+///
+/// Filters: `agent_id`, `user_id`, `session_id`, `tier` (comma-separated),
+/// `created_after`, `created_before` (RFC 3339), `metadata.KEY=VALUE`
+/// (equality, compared as text), `include_superseded` (facts replaced by a
+/// newer one). Working memory is listed when `agent_id` and `session_id` are
+/// given. `limit` 1-200 (default 50); pass `next_cursor` back as `cursor`.
+#[utoipa::path(
+    get, path = "/v1/memories", tag = "memories",
+    params(
+        ("agent_id" = Option<String>, Query), ("user_id" = Option<String>, Query),
+        ("session_id" = Option<String>, Query),
+        ("tier" = Option<String>, Query, description = "e.g. episodic,semantic"),
+        ("created_after" = Option<DateTime<Utc>>, Query), ("created_before" = Option<DateTime<Utc>>, Query),
+        ("include_superseded" = Option<bool>, Query),
+        ("limit" = Option<usize>, Query), ("cursor" = Option<String>, Query),
+    ),
+    responses(
+        (status = 200, body = ListResponse),
+        (status = 400, description = "Bad cursor", body = ErrorBody),
+        (status = 422, description = "Bad parameter", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn list_memories(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    RawQuery(query): RawQuery,
+) -> Result<Json<ListResponse>, ApiError> {
+    let filter = parse_list_query(query.as_deref().unwrap_or(""))?;
+    let mut memories = state.service.list(&tenant, &filter).await?;
+    let next_cursor = if memories.len() > filter.limit {
+        memories.truncate(filter.limit);
+        memories.last().map(|m| encode_cursor(Cursor { created_at: m.created_at, id: m.id }))
+    } else {
+        None
+    };
+    Ok(Json(ListResponse { memories, next_cursor }))
+}
+
+pub fn encode_cursor(c: Cursor) -> String {
+    URL_SAFE_NO_PAD.encode(format!("{}|{}", c.created_at.timestamp_micros(), c.id))
+}
+
+pub fn decode_cursor(s: &str) -> Option<Cursor> {
+    let raw = String::from_utf8(URL_SAFE_NO_PAD.decode(s).ok()?).ok()?;
+    let (micros, id) = raw.split_once('|')?;
+    Some(Cursor { created_at: DateTime::from_timestamp_micros(micros.parse().ok()?)?, id: id.parse().ok()? })
+}
+
+fn parse_time(name: &str, v: &str) -> Result<DateTime<Utc>, ApiError> {
+    DateTime::parse_from_rfc3339(v)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|_| ApiError::field(name, "must be an RFC 3339 timestamp"))
+}
+
+pub fn parse_list_query(query: &str) -> Result<ListFilter, ApiError> {
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(query).map_err(|_| ApiError::field("query", "is not a valid query string"))?;
+    let mut f = ListFilter { limit: DEFAULT_LIMIT, ..Default::default() };
+    for (k, v) in pairs {
+        match k.as_str() {
+            "agent_id" | "user_id" | "session_id" => {
+                validate::identifier(&k, &v)?;
+                let slot = match k.as_str() {
+                    "agent_id" => &mut f.agent_id,
+                    "user_id" => &mut f.user_id,
+                    _ => &mut f.session_id,
+                };
+                *slot = Some(v);
+            }
+            "tier" => {
+                for t in v.split(',').filter(|t| !t.is_empty()) {
+                    f.tiers.push(Tier::parse(t).ok_or_else(|| {
+                        ApiError::field("tier", format!("unknown tier `{t}`; expected working, episodic, semantic or procedural"))
+                    })?);
+                }
+            }
+            "created_after" => f.created_after = Some(parse_time(&k, &v)?),
+            "created_before" => f.created_before = Some(parse_time(&k, &v)?),
+            "include_superseded" => {
+                f.include_superseded = v.parse().map_err(|_| ApiError::field(&k, "must be true or false"))?
+            }
+            "limit" => {
+                f.limit = v
+                    .parse()
+                    .ok()
+                    .filter(|l| (1..=MAX_LIMIT).contains(l))
+                    .ok_or_else(|| ApiError::field("limit", format!("must be an integer from 1 to {MAX_LIMIT}")))?
+            }
+            "cursor" => f.after = Some(decode_cursor(&v).ok_or(ApiError::InvalidCursor)?),
+            other => match other.strip_prefix("metadata.") {
+                Some(key) if !key.is_empty() => f.metadata.push((key.to_string(), v)),
+                _ => return Err(ApiError::field(other, "is not a filter of this route")),
+            },
+        }
+    }
+    Ok(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_garbage_is_refused() {
+        let c = Cursor { created_at: DateTime::from_timestamp_micros(1_780_000_000_123_456).unwrap(), id: Uuid::now_v7() };
+        assert_eq!(decode_cursor(&encode_cursor(c)), Some(c));
+        assert_eq!(decode_cursor("not-a-cursor"), None);
+        assert!(matches!(parse_list_query("cursor=zzz"), Err(ApiError::InvalidCursor)));
+    }
+
+    #[test]
+    fn list_query_parses_filters_and_names_bad_ones() {
+        let f = parse_list_query("agent_id=a1&tier=episodic,semantic&metadata.topic=travel&limit=10").unwrap();
+        assert_eq!(f.agent_id.as_deref(), Some("a1"));
+        assert_eq!(f.tiers, vec![Tier::Episodic, Tier::Semantic]);
+        assert_eq!(f.metadata, vec![("topic".to_string(), "travel".to_string())]);
+        assert_eq!(f.limit, 10);
+        let field = |q: &str| match parse_list_query(q) {
+            Err(ApiError::InvalidField(fe)) => fe.field,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(field("limit=0"), "limit");
+        assert_eq!(field("limit=201"), "limit");
+        assert_eq!(field("tier=dream"), "tier");
+        assert_eq!(field("colour=red"), "colour");
+        assert_eq!(field("created_after=yesterday"), "created_after");
+    }
+}

@@ -1,0 +1,162 @@
+//! The HTTP surface: routes, the OpenAPI document, and the middleware every
+//! request passes through (request id, tracing, metrics, timeout, body limit,
+//! panics turned into 500s, and the error envelope).
+//!
+//! No SQL and no Redis here: handlers call the service.
+
+pub mod dto;
+pub mod extract;
+pub mod memories;
+pub mod system;
+
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::error_handling::HandleErrorLayer;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
+use axum::http::{HeaderName, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{BoxError, Router};
+use tower::ServiceBuilder;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::app::AppState;
+use crate::error::{ApiError, REQUEST_ID};
+
+const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "engram",
+        description = "A memory server for AI agents: working, episodic, semantic and procedural memory.\n\n\
+            Authentication: `Authorization: Bearer <key>` when the server has API keys configured; \
+            each key belongs to one tenant, and a tenant sees only its own memories (another tenant's ids answer 404).\n\n\
+            Errors: `{\"error\": {\"code\", \"message\", \"field\"?, \"request_id\"}}` with stable codes: \
+            invalid_json (400), invalid_cursor (400), unauthorized (401), memory_not_found (404), \
+            route_not_found (404), method_not_allowed (405), idempotency_key_reused (409), conflict (409), \
+            payload_too_large (413), invalid_field (422, `field` is a JSON pointer for body fields and the \
+            parameter name for path and query parameters), service_unavailable and timeout (503, with Retry-After), \
+            internal (500).",
+        license(name = "Apache-2.0")
+    ),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "memories", description = "Write, read, list, update and delete memories"),
+        (name = "operations", description = "Health, readiness and metrics"),
+    )
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// Every documented route.
+fn api_router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(memories::create_memories, memories::list_memories))
+        .routes(routes!(memories::get_memory, memories::update_memory, memories::delete_memory))
+        .routes(routes!(memories::memory_history))
+        .routes(routes!(system::healthz))
+        .routes(routes!(system::readyz))
+        .routes(routes!(system::metrics))
+}
+
+/// The OpenAPI document, as served at `/openapi.json` and committed in `openapi/openapi.json`.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api_router().split_for_parts().1
+}
+
+pub fn openapi_json() -> String {
+    let mut text = openapi().to_pretty_json().unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+pub fn router(state: AppState) -> Router {
+    let (api, _) = api_router().split_for_parts();
+    let timeout = Duration::from_millis(state.request_timeout_ms);
+    let body_limit = state.body_limit;
+    api.route("/openapi.json", get(system::openapi_json))
+        .route("/docs", get(system::docs_page))
+        .route("/docs/swagger-ui.css", get(system::docs_css))
+        .route("/docs/swagger-ui-bundle.js", get(system::docs_js))
+        .fallback(|| async { ApiError::RouteNotFound })
+        .layer(
+            ServiceBuilder::new()
+                .layer(SetRequestIdLayer::new(REQUEST_ID_HEADER, MakeRequestUuid))
+                .layer(middleware::from_fn(request_context))
+                .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
+                    let id = req.headers().get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
+                    tracing::info_span!("request", method = %req.method(), uri = %req.uri().path(), request_id = %id)
+                }))
+                .layer(PropagateRequestIdLayer::new(REQUEST_ID_HEADER))
+                .layer(CatchPanicLayer::custom(|_| {
+                    ApiError::Internal(anyhow::anyhow!("handler panicked")).into_response()
+                }))
+                .layer(HandleErrorLayer::new(|e: BoxError| async move {
+                    if e.is::<tower::timeout::error::Elapsed>() {
+                        ApiError::Timeout
+                    } else {
+                        ApiError::Internal(anyhow::anyhow!("middleware: {e}"))
+                    }
+                }))
+                .timeout(timeout)
+                .layer(DefaultBodyLimit::max(body_limit)),
+        )
+        .with_state(state)
+}
+
+/// Runs the request with its id in scope (so error bodies carry it), records
+/// its latency per route, and gives bodiless error responses (such as
+/// axum's 405) the standard error body.
+async fn request_context(req: Request, next: Next) -> Response {
+    let id = req
+        .extensions()
+        .get::<RequestId>()
+        .and_then(|r| r.header_value().to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let route = req.extensions().get::<MatchedPath>().map_or("unmatched".to_string(), |p| p.as_str().to_string());
+    let method = req.method().to_string();
+    let started = Instant::now();
+    let response = REQUEST_ID
+        .scope(id.clone(), async move {
+            let response = next.run(req).await;
+            if response.status() == StatusCode::METHOD_NOT_ALLOWED && is_empty(&response) {
+                return ApiError::MethodNotAllowed.into_response();
+            }
+            response
+        })
+        .await;
+    metrics::histogram!(
+        "engram_http_request_duration_seconds",
+        "method" => method,
+        "route" => route,
+        "status" => response.status().as_u16().to_string()
+    )
+    .record(started.elapsed().as_secs_f64());
+    response
+}
+
+fn is_empty(response: &Response<Body>) -> bool {
+    use http_body::Body as _;
+    response.body().size_hint().exact() == Some(0)
+}

@@ -1,0 +1,85 @@
+//! Operational routes: liveness, readiness, metrics, the OpenAPI document and
+//! its docs page (served from the binary, so it renders with no internet).
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::app::AppState;
+
+#[derive(Serialize, ToSchema)]
+pub struct Health {
+    pub status: &'static str,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Readiness {
+    /// `ready` when every backend answers.
+    pub status: &'static str,
+    /// `ok` or what went wrong, per backend.
+    pub checks: std::collections::BTreeMap<&'static str, String>,
+}
+
+/// The process is up.
+#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, body = Health)))]
+pub async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok" })
+}
+
+/// Every backend in use answers (database, working memory).
+#[utoipa::path(get, path = "/readyz", tag = "operations",
+    responses((status = 200, body = Readiness), (status = 503, body = Readiness)))]
+pub async fn readyz(State(state): State<AppState>) -> Response {
+    let limit = Duration::from_secs(2);
+    let (db, redis) = tokio::join!(
+        tokio::time::timeout(limit, state.service.store.ping()),
+        tokio::time::timeout(limit, state.service.working.ping()),
+    );
+    let verdict = |r: Result<Result<(), crate::store::StoreError>, _>| match r {
+        Ok(Ok(())) => "ok".to_string(),
+        Ok(Err(e)) => format!("unavailable: {e}"),
+        Err(_) => "timed out".to_string(),
+    };
+    let mut checks = std::collections::BTreeMap::new();
+    checks.insert("database", verdict(db));
+    checks.insert("working_memory", verdict(redis));
+    let ready = checks.values().all(|v| v == "ok");
+    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, Json(Readiness { status: if ready { "ready" } else { "not_ready" }, checks })).into_response()
+}
+
+/// Prometheus metrics: per-route latency histograms, store latencies, pool gauges.
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    if let Some(pool) = &state.pg_pool {
+        metrics::gauge!("engram_db_pool_connections", "state" => "open").set(pool.size() as f64);
+        metrics::gauge!("engram_db_pool_connections", "state" => "idle").set(pool.num_idle() as f64);
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render()).into_response()
+}
+
+pub async fn openapi_json(State(state): State<AppState>) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], state.openapi_json.as_ref().clone()).into_response()
+}
+
+pub async fn docs_page() -> Html<&'static str> {
+    Html(include_str!("../../assets/docs.html"))
+}
+
+pub async fn docs_css() -> Response {
+    ([(header::CONTENT_TYPE, "text/css"), (header::CACHE_CONTROL, "public, max-age=86400")],
+        include_str!("../../assets/swagger-ui/swagger-ui.css"))
+        .into_response()
+}
+
+pub async fn docs_js() -> Response {
+    ([(header::CONTENT_TYPE, "application/javascript"), (header::CACHE_CONTROL, "public, max-age=86400")],
+        include_str!("../../assets/swagger-ui/swagger-ui-bundle.js"))
+        .into_response()
+}

@@ -1,0 +1,24 @@
+//! engram: a memory server for AI agents.
+//!
+//! A map of the crate, outside in:
+//! - [`http`]: routes, extractors, middleware, the OpenAPI document. No SQL.
+//! - [`service`]: what each operation means, across working memory and the
+//!   persistent store.
+//! - [`domain`]: tiers, retention, classification, validation: pure rules.
+//! - [`store`]: the storage traits and their backends (Postgres, Redis).
+//! - [`embed`]: embedders behind one trait.
+//! - [`jobs`]: background upkeep (partitions, expired idempotency keys).
+//! - [`app`]: builds the state, runs the server, shuts it down.
+//! - [`config`], [`error`], [`telemetry`], [`clock`]: the plumbing.
+
+pub mod app;
+pub mod clock;
+pub mod config;
+pub mod domain;
+pub mod embed;
+pub mod error;
+pub mod http;
+pub mod jobs;
+pub mod service;
+pub mod store;
+pub mod telemetry;

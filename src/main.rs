@@ -1,0 +1,99 @@
+//! The `engram` command: serve, migrate, print the OpenAPI document, print
+//! the effective configuration.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use engram::config::Config;
+
+#[derive(Parser)]
+#[command(name = "engram", version, about = "A memory server for AI agents")]
+struct Cli {
+    /// A TOML configuration file layered over the defaults.
+    #[arg(long, global = true, env = "ENGRAM_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the HTTP server.
+    Serve {
+        /// Address to listen on (overrides ENGRAM_LISTEN and server.listen).
+        #[arg(long)]
+        listen: Option<String>,
+    },
+    /// Apply pending database migrations and exit.
+    Migrate,
+    /// Print the OpenAPI document.
+    Openapi,
+    /// Print the effective configuration, secrets masked.
+    Config,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let mut config = match Config::load(cli.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("engram: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    if let Command::Serve { listen: Some(listen) } = &cli.command {
+        config.server.listen = listen.clone();
+        if let Err(e) = config.validate() {
+            eprintln!("engram: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    }
+    let result = match cli.command {
+        Command::Openapi => {
+            print!("{}", engram::http::openapi_json());
+            Ok(())
+        }
+        Command::Config => {
+            print!("{}", config.redacted().to_toml());
+            Ok(())
+        }
+        Command::Migrate => runtime().and_then(|rt| rt.block_on(migrate(config))),
+        Command::Serve { .. } => runtime().and_then(|rt| rt.block_on(serve(config))),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("engram: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")
+}
+
+async fn migrate(config: Config) -> anyhow::Result<()> {
+    engram::telemetry::init_logging(&config.log);
+    if config.database.url.is_empty() {
+        anyhow::bail!("`database.url` is not set: give DATABASE_URL");
+    }
+    let pool = engram::store::postgres::connect_lazy(&config.database)?;
+    engram::store::postgres::migrate(&pool).await?;
+    tracing::info!("migrations applied");
+    Ok(())
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    engram::telemetry::init_logging(&config.log);
+    let listen = config.server.listen.clone();
+    let app = engram::app::build(config).await?;
+    let listener = tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("binding {listen}"))?;
+    tracing::info!(address = %listener.local_addr()?, "engram listening; API docs at /docs");
+    let shutdown = CancellationToken::new();
+    engram::app::cancel_on_signal(shutdown.clone());
+    engram::app::run(listener, app, shutdown).await
+}

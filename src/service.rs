@@ -1,0 +1,358 @@
+//! The memory service: what a request means, independent of HTTP. It decides
+//! tiers, embeds, and coordinates working memory (Redis) with the persistent
+//! store so that a batch is all or nothing and acknowledged only once
+//! committed.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::clock::Clock;
+use crate::domain::classify::Classifier;
+use crate::domain::content::content_hash;
+use crate::domain::draft::Draft;
+use crate::domain::memory::merge_metadata;
+use crate::domain::validate::FieldError;
+use crate::domain::{Memory, MemoryPatch, NewMemory, Retention, Tier, WrittenMemory};
+use crate::embed::{EmbedError, Embedder};
+use crate::store::{
+    Embedding, IdempotencyKey, ListFilter, MemoryStore, PreparedMemory, SkillCache, StoreError, StoredResponse,
+    WorkingMemory, WriteOutcome,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error(transparent)]
+    Invalid(#[from] FieldError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Embedding(#[from] EmbedError),
+    #[error("the idempotency key was used with another request")]
+    IdempotencyKeyReused,
+}
+
+pub type ServiceResult<T> = Result<T, ServiceError>;
+
+/// What a write produced: fresh results, or the remembered response of an
+/// earlier request with the same idempotency key.
+pub enum Written {
+    Fresh(Vec<WrittenMemory>),
+    Replayed { status: u16, body: Value },
+}
+
+pub struct MemoryService {
+    /// Episodic, semantic and procedural tiers.
+    pub store: Arc<dyn MemoryStore>,
+    /// Working memory (sessions).
+    pub working: Arc<dyn WorkingMemory>,
+    /// Cache of procedural skills read by id.
+    pub skills: Arc<dyn SkillCache>,
+    /// Gives persistent memories their vectors; None stores none.
+    pub embedder: Option<Arc<dyn Embedder>>,
+    /// Decides tier and importance when the writer did not.
+    pub classifier: Arc<dyn Classifier>,
+    pub clock: Arc<dyn Clock>,
+}
+
+/// The body of a write response, in request order.
+pub fn write_body(items: &[WrittenMemory]) -> Value {
+    json!({ "memories": items })
+}
+
+impl MemoryService {
+    async fn embed_one_each(&self, texts: Vec<String>) -> ServiceResult<Vec<Option<Embedding>>> {
+        let Some(embedder) = &self.embedder else { return Ok(vec![None; texts.len()]) };
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let vectors = embedder.embed(&texts).await?;
+        Ok(vectors
+            .into_iter()
+            .map(|vector| Some(Embedding { model: embedder.model_id().to_string(), vector }))
+            .collect())
+    }
+
+    /// Classifies drafts that need it, then checks each against its tier.
+    /// `pointer(i)` names draft i in errors.
+    async fn finish(&self, drafts: Vec<Draft>, pointer: &(dyn Fn(usize) -> String + Sync)) -> ServiceResult<Vec<NewMemory>> {
+        let mut out = Vec::with_capacity(drafts.len());
+        for (i, draft) in drafts.into_iter().enumerate() {
+            let input = draft.classify_input();
+            let tier = match draft.tier {
+                Some(t) => t,
+                None => self.classifier.tier(&input).await,
+            };
+            let importance = match draft.importance {
+                Some(i) => i,
+                None => self.classifier.importance(tier, &input).await,
+            };
+            out.push(draft.finish(&pointer(i), tier, importance)?);
+        }
+        Ok(out)
+    }
+
+    /// Writes a batch: working memories to Redis, the rest in one
+    /// transaction; if either fails, nothing stays written.
+    pub async fn write(
+        &self,
+        tenant: &str,
+        drafts: Vec<Draft>,
+        pointer: &(dyn Fn(usize) -> String + Sync),
+        idempotency: Option<IdempotencyKey>,
+    ) -> ServiceResult<Written> {
+        if let Some(key) = &idempotency
+            && let Some(previous) = self.store.idempotent_response(tenant, &key.key).await?
+        {
+            return replay(previous, key);
+        }
+        let now = self.clock.now();
+        let memories = self.finish(drafts, pointer).await?;
+
+        let (persistent_idx, working_idx): (Vec<usize>, Vec<usize>) =
+            (0..memories.len()).partition(|&i| memories[i].tier != Tier::Working);
+        let texts = persistent_idx.iter().map(|&i| memories[i].content.clone()).collect();
+        let embeddings = self.embed_one_each(texts).await?;
+        let prepared: Vec<PreparedMemory> = persistent_idx
+            .iter()
+            .zip(embeddings)
+            .map(|(&i, embedding)| PreparedMemory {
+                content_hash: content_hash(&memories[i].content),
+                memory: memories[i].clone(),
+                embedding,
+            })
+            .collect();
+        let working: Vec<Memory> = working_idx.iter().map(|&i| working_memory(&memories[i], now)).collect();
+
+        if !working.is_empty() {
+            self.working.append(tenant, &working, now).await?;
+        }
+        let order = |persistent: &[WrittenMemory]| -> Vec<WrittenMemory> {
+            let mut slots: Vec<Option<WrittenMemory>> = vec![None; memories.len()];
+            for (&i, w) in persistent_idx.iter().zip(persistent) {
+                slots[i] = Some(w.clone());
+            }
+            for (&i, m) in working_idx.iter().zip(&working) {
+                slots[i] = Some(WrittenMemory { memory: m.clone(), deduplicated: false });
+            }
+            slots.into_iter().flatten().collect()
+        };
+        let render = |persistent: &[WrittenMemory]| write_body(&order(persistent));
+
+        let outcome = if prepared.is_empty() && idempotency.is_none() {
+            WriteOutcome::Written(Vec::new())
+        } else {
+            match self.store.write(tenant, &prepared, idempotency.as_ref(), &render, now).await {
+                Ok(outcome) => outcome,
+                Err(e) => {
+                    self.undo_working(tenant, &working).await;
+                    return Err(e.into());
+                }
+            }
+        };
+        match outcome {
+            WriteOutcome::Written(persistent) => {
+                for w in persistent.iter().filter(|w| w.memory.tier == Tier::Procedural) {
+                    self.evict_skill(tenant, w.memory.id).await;
+                }
+                Ok(Written::Fresh(order(&persistent)))
+            }
+            WriteOutcome::Replayed(previous) => {
+                self.undo_working(tenant, &working).await;
+                replay(previous, idempotency.as_ref().expect("replay implies a key"))
+            }
+        }
+    }
+
+    async fn undo_working(&self, tenant: &str, working: &[Memory]) {
+        if !working.is_empty()
+            && let Err(e) = self.working.remove(tenant, working).await
+        {
+            tracing::error!(error = %e, count = working.len(), "could not undo working-memory writes of a failed batch");
+        }
+    }
+
+    async fn evict_skill(&self, tenant: &str, id: Uuid) {
+        if let Err(e) = self.skills.evict(tenant, id).await {
+            tracing::warn!(error = %e, %id, "could not evict a cached skill");
+        }
+    }
+
+    /// Finds a memory in working memory, the skill cache, then the store.
+    pub async fn get(&self, tenant: &str, id: Uuid) -> ServiceResult<Memory> {
+        let now = self.clock.now();
+        let redis_error = match self.working.get(tenant, id).await {
+            Ok(Some(m)) => return Ok(m),
+            Ok(None) => None,
+            Err(e) => Some(e),
+        };
+        if redis_error.is_none()
+            && let Ok(Some(m)) = self.skills.get(tenant, id).await
+            && !m.is_expired(now)
+        {
+            return Ok(m);
+        }
+        match self.store.get(tenant, id, now).await {
+            Ok(m) => {
+                if m.tier == Tier::Procedural
+                    && redis_error.is_none()
+                    && let Err(e) = self.skills.put(tenant, &m).await
+                {
+                    tracing::warn!(error = %e, "could not cache a skill");
+                }
+                Ok(m)
+            }
+            // Not persistent, and working memory could not be asked.
+            Err(StoreError::NotFound) if redis_error.is_some() => Err(redis_error.expect("checked").into()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Lists memories newest first; returns one more than the limit when
+    /// there are more. Working memory is listed for a given session.
+    pub async fn list(&self, tenant: &str, filter: &ListFilter) -> ServiceResult<Vec<Memory>> {
+        let now = self.clock.now();
+        let mut out = self.store.list(tenant, filter, now).await?;
+        if filter.wants(Tier::Working)
+            && let (Some(agent), Some(session)) = (&filter.agent_id, &filter.session_id)
+        {
+            match self.working.session(tenant, agent, session).await {
+                Ok(entries) => out.extend(entries.into_iter().filter(|m| filter.matches(m) && !m.is_expired(now))),
+                Err(e) if filter.tiers == [Tier::Working] => return Err(e.into()),
+                Err(e) => tracing::warn!(error = %e, "listing without working memory: Redis unavailable"),
+            }
+        }
+        out.sort_by(|a, b| (b.created_at, b.id).cmp(&(a.created_at, a.id)));
+        out.truncate(filter.limit + 1);
+        Ok(out)
+    }
+
+    pub async fn update(&self, tenant: &str, id: Uuid, patch: MemoryPatch) -> ServiceResult<Memory> {
+        let now = self.clock.now();
+        let redis_error = match self.working.get(tenant, id).await {
+            Ok(Some(mut m)) => {
+                if patch.retention == Some(Retention::Permanent) {
+                    return Err(FieldError::new("/retention", "working memory must expire; use long_term at most").into());
+                }
+                apply_patch(&mut m, &patch, now);
+                self.working.replace(tenant, &m, now).await?;
+                return Ok(m);
+            }
+            Ok(None) => None,
+            Err(e) => Some(e),
+        };
+        let embedding = match &patch.content {
+            Some(content) => self.embed_one_each(vec![content.clone()]).await?.pop().flatten(),
+            None => None,
+        };
+        match self.store.update(tenant, id, &patch, embedding.as_ref(), now).await {
+            Ok(m) => {
+                if m.tier == Tier::Procedural {
+                    self.evict_skill(tenant, id).await;
+                }
+                Ok(m)
+            }
+            Err(StoreError::NotFound) if redis_error.is_some() => Err(redis_error.expect("checked").into()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub async fn delete(&self, tenant: &str, id: Uuid) -> ServiceResult<()> {
+        let redis_error = match self.working.get(tenant, id).await {
+            Ok(Some(m)) => {
+                self.working.remove(tenant, std::slice::from_ref(&m)).await?;
+                return Ok(());
+            }
+            Ok(None) => None,
+            Err(e) => Some(e),
+        };
+        match self.store.delete(tenant, id).await {
+            Ok(Tier::Procedural) => {
+                self.evict_skill(tenant, id).await;
+                Ok(())
+            }
+            Ok(_) => Ok(()),
+            Err(StoreError::NotFound) if redis_error.is_some() => Err(redis_error.expect("checked").into()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub async fn history(&self, tenant: &str, id: Uuid) -> ServiceResult<Vec<Memory>> {
+        let now = self.clock.now();
+        match self.working.get(tenant, id).await {
+            Ok(Some(m)) => return Ok(vec![m]),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "history without working memory: Redis unavailable"),
+        }
+        Ok(self.store.history(tenant, id, now).await?)
+    }
+}
+
+fn replay(previous: StoredResponse, key: &IdempotencyKey) -> ServiceResult<Written> {
+    if previous.request_hash != key.request_hash {
+        return Err(ServiceError::IdempotencyKeyReused);
+    }
+    Ok(Written::Replayed { status: previous.status, body: previous.body })
+}
+
+/// A working-memory entry as stored in Redis.
+fn working_memory(m: &NewMemory, now: DateTime<Utc>) -> Memory {
+    Memory {
+        id: m.id,
+        tier: Tier::Working,
+        agent_id: m.agent_id.clone(),
+        user_id: m.user_id.clone(),
+        session_id: m.session_id.clone(),
+        content: m.content.clone(),
+        importance: m.importance,
+        retention: m.retention,
+        metadata: m.metadata.clone(),
+        private: m.private,
+        occurred_at: m.occurred_at.unwrap_or(now),
+        created_at: now,
+        updated_at: now,
+        expires_at: m.retention.expires_at(now),
+        access_count: 0,
+        last_accessed_at: None,
+        embedding_model: None,
+        event_type: None,
+        outcome: None,
+        namespace: None,
+        subject: None,
+        predicate: None,
+        object: None,
+        confidence: None,
+        valid_from: None,
+        valid_until: None,
+        supersedes: None,
+        source_episode_id: None,
+        skill_name: None,
+        trigger_pattern: None,
+        policy: None,
+        tool_sequence: None,
+        success_count: None,
+        failure_count: None,
+        success_rate: None,
+        avg_reward: None,
+        version: None,
+    }
+}
+
+fn apply_patch(m: &mut Memory, patch: &MemoryPatch, now: DateTime<Utc>) {
+    if let Some(c) = &patch.content {
+        m.content = c.clone();
+    }
+    if let Some(i) = patch.importance {
+        m.importance = i;
+    }
+    if let Some(md) = &patch.metadata {
+        merge_metadata(&mut m.metadata, md);
+    }
+    if let Some(r) = patch.retention {
+        m.retention = r;
+        m.expires_at = r.expires_at(m.created_at);
+    }
+    m.updated_at = now;
+}

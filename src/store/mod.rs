@@ -1,0 +1,190 @@
+//! Storage boundaries: what the service needs from a persistent memory store,
+//! from working memory and from the skill cache, and the errors they speak.
+//!
+//! Backends implement these traits and know nothing of HTTP. Every method takes
+//! the tenant first: no query is ever issued without it.
+
+pub mod postgres;
+pub mod redis;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::domain::validate::FieldError;
+use crate::domain::{Memory, MemoryPatch, NewMemory, Tier, WrittenMemory};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("not found")]
+    NotFound,
+    #[error("conflict: {0}")]
+    Conflict(String),
+    #[error("invalid: {}", .0.message)]
+    Invalid(FieldError),
+    #[error("{what} unavailable: {source}")]
+    Unavailable { what: &'static str, retry_after_secs: u64, source: anyhow::Error },
+    #[error(transparent)]
+    Internal(anyhow::Error),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A write ready for storage: validated, classified, hashed and embedded.
+#[derive(Debug, Clone)]
+pub struct PreparedMemory {
+    pub memory: NewMemory,
+    /// Hex SHA-256 of the normalised content.
+    pub content_hash: String,
+    /// The vector and the id of the model that made it.
+    pub embedding: Option<Embedding>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Embedding {
+    pub model: String,
+    pub vector: Vec<f32>,
+}
+
+/// An `Idempotency-Key` and the hash of the request body it came with.
+#[derive(Debug, Clone)]
+pub struct IdempotencyKey {
+    pub key: String,
+    pub request_hash: String,
+}
+
+/// A response remembered for an idempotency key.
+#[derive(Debug, Clone)]
+pub struct StoredResponse {
+    pub request_hash: String,
+    pub status: u16,
+    pub body: Value,
+}
+
+pub enum WriteOutcome {
+    /// The memories were written (or deduplicated onto existing ones).
+    Written(Vec<WrittenMemory>),
+    /// A concurrent request with the same idempotency key won; this is its response.
+    Replayed(StoredResponse),
+}
+
+/// Renders the response body remembered with an idempotency key, from the
+/// persistent results of the write (in request order).
+pub type RenderResponse<'a> = &'a (dyn Fn(&[WrittenMemory]) -> Value + Send + Sync);
+
+/// Keyset position in a listing ordered by (created_at, id), newest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cursor {
+    pub created_at: DateTime<Utc>,
+    pub id: Uuid,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    pub agent_id: Option<String>,
+    pub user_id: Option<String>,
+    pub session_id: Option<String>,
+    /// Empty means every tier.
+    pub tiers: Vec<Tier>,
+    pub created_after: Option<DateTime<Utc>>,
+    pub created_before: Option<DateTime<Utc>>,
+    /// `metadata.KEY=VALUE` equality filters (the value compared as text).
+    pub metadata: Vec<(String, String)>,
+    pub after: Option<Cursor>,
+    pub limit: usize,
+    /// Also list facts a newer fact superseded.
+    pub include_superseded: bool,
+}
+
+impl ListFilter {
+    pub fn wants(&self, tier: Tier) -> bool {
+        self.tiers.is_empty() || self.tiers.contains(&tier)
+    }
+
+    /// Whether a memory passes every filter (used for sources that cannot
+    /// filter themselves, and by tests).
+    pub fn matches(&self, m: &Memory) -> bool {
+        self.wants(m.tier)
+            && self.agent_id.as_ref().is_none_or(|a| *a == m.agent_id)
+            && self.user_id.as_ref().is_none_or(|u| Some(u) == m.user_id.as_ref())
+            && self.session_id.as_ref().is_none_or(|s| Some(s) == m.session_id.as_ref())
+            && self.created_after.is_none_or(|t| m.created_at >= t)
+            && self.created_before.is_none_or(|t| m.created_at < t)
+            && self.after.is_none_or(|c| (m.created_at, m.id) < (c.created_at, c.id))
+            && self.metadata.iter().all(|(k, v)| match m.metadata.get(k) {
+                Some(Value::String(s)) => s == v,
+                Some(Value::Null) | None => false,
+                Some(other) => other.to_string() == *v,
+            })
+    }
+}
+
+/// The persistent tiers: episodic, semantic and procedural.
+#[async_trait]
+pub trait MemoryStore: Send + Sync {
+    /// Whether the backend answers.
+    async fn ping(&self) -> StoreResult<()>;
+
+    /// The response remembered for an idempotency key, if it is still fresh.
+    async fn idempotent_response(&self, tenant: &str, key: &str) -> StoreResult<Option<StoredResponse>>;
+
+    /// Writes the memories in one transaction (all or nothing), with their
+    /// dedup, supersede and upsert rules, and remembers the response under
+    /// the idempotency key in the same transaction. `working` counts the
+    /// working memories already written elsewhere (they are in the response
+    /// rendered by `render`).
+    async fn write(
+        &self,
+        tenant: &str,
+        items: &[PreparedMemory],
+        idempotency: Option<&IdempotencyKey>,
+        render: RenderResponse<'_>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<WriteOutcome>;
+
+    /// A live (not expired) memory by id.
+    async fn get(&self, tenant: &str, id: Uuid, now: DateTime<Utc>) -> StoreResult<Memory>;
+
+    /// Up to `filter.limit + 1` live memories, newest first.
+    async fn list(&self, tenant: &str, filter: &ListFilter, now: DateTime<Utc>) -> StoreResult<Vec<Memory>>;
+
+    /// Applies a patch; `embedding` is the new vector when content changed.
+    async fn update(
+        &self,
+        tenant: &str,
+        id: Uuid,
+        patch: &MemoryPatch,
+        embedding: Option<&Embedding>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Memory>;
+
+    /// Deletes a memory for good; returns its tier.
+    async fn delete(&self, tenant: &str, id: Uuid) -> StoreResult<Tier>;
+
+    /// A fact's supersede chain, oldest first.
+    async fn history(&self, tenant: &str, id: Uuid, now: DateTime<Utc>) -> StoreResult<Vec<Memory>>;
+}
+
+/// Working memory: per (tenant, agent, session) ordered entries with a TTL.
+#[async_trait]
+pub trait WorkingMemory: Send + Sync {
+    async fn ping(&self) -> StoreResult<()>;
+    /// Appends entries to their sessions.
+    async fn append(&self, tenant: &str, items: &[Memory], now: DateTime<Utc>) -> StoreResult<()>;
+    /// Removes entries (undo of a failed batch, or a delete).
+    async fn remove(&self, tenant: &str, items: &[Memory]) -> StoreResult<()>;
+    async fn get(&self, tenant: &str, id: Uuid) -> StoreResult<Option<Memory>>;
+    /// A session's live entries, oldest first.
+    async fn session(&self, tenant: &str, agent_id: &str, session_id: &str) -> StoreResult<Vec<Memory>>;
+    /// Rewrites an entry in place (after a patch), with its new expiry.
+    async fn replace(&self, tenant: &str, memory: &Memory, now: DateTime<Utc>) -> StoreResult<()>;
+}
+
+/// A cache of hot procedural skills in front of the persistent store.
+#[async_trait]
+pub trait SkillCache: Send + Sync {
+    async fn get(&self, tenant: &str, id: Uuid) -> StoreResult<Option<Memory>>;
+    async fn put(&self, tenant: &str, memory: &Memory) -> StoreResult<()>;
+    async fn evict(&self, tenant: &str, id: Uuid) -> StoreResult<()>;
+}

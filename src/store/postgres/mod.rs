@@ -1,0 +1,144 @@
+//! The Postgres backend of the persistent tiers: connection pool, migrations,
+//! episodic partitions and per-model vector indexes. The `MemoryStore`
+//! implementation itself is in `memories.rs`.
+
+mod memories;
+mod rows;
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+
+use super::StoreError;
+use crate::config::DatabaseConfig;
+
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// Advisory-lock keys; any replica may run maintenance, one at a time.
+const LOCK_PARTITIONS: i64 = 0x656e_6772_616d_0001;
+const LOCK_MODELS: i64 = 0x656e_6772_616d_0002;
+
+/// The persistent store on Postgres.
+#[derive(Clone)]
+pub struct PgStore {
+    /// Shared pool; every method borrows a connection for one statement or one transaction.
+    pool: PgPool,
+    /// How long an idempotency key is remembered.
+    idempotency_ttl: chrono::Duration,
+}
+
+/// Connects a pool (the server starts even if Postgres is momentarily down;
+/// requests then get 503 until it answers).
+pub fn connect_lazy(config: &DatabaseConfig) -> anyhow::Result<PgPool> {
+    PgPoolOptions::new()
+        .max_connections(config.max_connections)
+        .acquire_timeout(Duration::from_millis(config.acquire_timeout_ms))
+        .connect_lazy(&config.url)
+        .context("parsing database.url")
+}
+
+pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
+    MIGRATOR.run(pool).await.context("applying database migrations")
+}
+
+impl PgStore {
+    pub fn new(pool: PgPool, idempotency_ttl_hours: u32) -> Self {
+        Self { pool, idempotency_ttl: chrono::Duration::hours(i64::from(idempotency_ttl_hours)) }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Creates the current month's episodic partition and `ahead` more.
+    /// Returns how many were created.
+    pub async fn ensure_partitions(&self, now: DateTime<Utc>, ahead: u32) -> anyhow::Result<i32> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(LOCK_PARTITIONS).execute(&mut *tx).await?;
+        let created: i32 = sqlx::query_scalar("SELECT engram_ensure_episodic_partitions($1::date, $2)")
+            .bind(now.date_naive())
+            .bind(ahead as i32)
+            .fetch_one(&mut *tx)
+            .await
+            .context("creating episodic partitions")?;
+        tx.commit().await?;
+        Ok(created)
+    }
+
+    /// Registers an embedding model and creates its HNSW indexes (one per
+    /// table, a partial expression index over that model's rows). Refuses a
+    /// model already registered with another vector size.
+    pub async fn ensure_model(&self, model: &str, dimensions: usize) -> anyhow::Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(LOCK_MODELS).execute(&mut *tx).await?;
+        let known: Option<i32> = sqlx::query_scalar("SELECT dimensions FROM embedding_models WHERE model = $1")
+            .bind(model)
+            .fetch_optional(&mut *tx)
+            .await?;
+        match known {
+            Some(d) if d as usize != dimensions => anyhow::bail!(
+                "embedding model {model:?} is registered with {d} dimensions but the configuration gives {dimensions}"
+            ),
+            Some(_) => {}
+            None => {
+                sqlx::query("INSERT INTO embedding_models (model, dimensions) VALUES ($1, $2)")
+                    .bind(model)
+                    .bind(dimensions as i32)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+        let literal = model.replace('\'', "''");
+        for table in ["episodic_memory", "semantic_memory", "procedural_memory"] {
+            let name = index_name(table, model);
+            let sql = format!(
+                "CREATE INDEX IF NOT EXISTS {name} ON {table} USING hnsw ((embedding::vector({dimensions})) vector_cosine_ops) \
+                 WITH (m = 16, ef_construction = 200) WHERE embedding_model = '{literal}'"
+            );
+            sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut *tx).await.with_context(|| format!("creating {name}"))?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+impl PgStore {
+    /// Deletes idempotency keys older than their lifetime; returns how many.
+    pub async fn forget_idempotency_keys(&self, now: DateTime<Utc>) -> anyhow::Result<u64> {
+        let done = sqlx::query("DELETE FROM idempotency_keys WHERE created_at <= $1")
+            .bind(now - self.idempotency_ttl)
+            .execute(&self.pool)
+            .await
+            .context("forgetting old idempotency keys")?;
+        Ok(done.rows_affected())
+    }
+}
+
+/// `{table}_hnsw_{hash}`: stable, short and safe whatever the model's name.
+pub fn index_name(table: &str, model: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = hex::encode(Sha256::digest(model.as_bytes()));
+    format!("{table}_hnsw_{}", &digest[..12])
+}
+
+/// Maps a sqlx error to the store's vocabulary.
+fn store_error(e: sqlx::Error) -> StoreError {
+    match &e {
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => {
+            StoreError::Unavailable { what: "database", retry_after_secs: 2, source: e.into() }
+        }
+        sqlx::Error::Database(db) if db.is_unique_violation() => {
+            StoreError::Conflict("another memory already holds this content".into())
+        }
+        _ => StoreError::Internal(anyhow::Error::new(e).context("database")),
+    }
+}
+
+/// Records a store operation's latency.
+fn observe(op: &'static str, started: Instant) {
+    metrics::histogram!("engram_store_operation_duration_seconds", "backend" => "postgres", "op" => op)
+        .record(started.elapsed().as_secs_f64());
+}

@@ -1,0 +1,257 @@
+//! Working memory and the procedural-skill cache on Redis (fred).
+//!
+//! Layout, every key under the configured prefix, components escaped so that
+//! an id containing `:` can never collide with another:
+//!   `{prefix}:{tenant}:wm:m:{id}`                 one working entry (JSON), with its TTL
+//!   `{prefix}:{tenant}:wm:s:{agent}:{session}`    the session's entry ids, oldest first
+//!   `{prefix}:{tenant}:skill:{id}`                a cached procedural memory (JSON)
+//! Appending is RPUSH (O(1)); a session keeps at most `working_max_entries`
+//! ids and the entries pushed out are deleted. Every command is single-key or
+//! pipelined per key, so the layout also works on Redis Cluster.
+//!
+//! When Redis cannot be reached, calls fail fast with `Unavailable` and the
+//! HTTP layer answers 503 with Retry-After; nothing here blocks the
+//! persistent tiers.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use fred::prelude::*;
+use fred::types::Expiration;
+use uuid::Uuid;
+
+use super::{SkillCache, StoreError, StoreResult, WorkingMemory};
+use crate::config::RedisConfig;
+use crate::domain::Memory;
+
+/// RPUSH the ids, stretch the list's TTL to the longest entry's, and pop
+/// (returning) what exceeds the bound. ARGV: ttl seconds, max length, ids...
+const APPEND_SCRIPT: &str = r#"
+local n = redis.call('RPUSH', KEYS[1], unpack(ARGV, 3))
+local ttl = redis.call('TTL', KEYS[1])
+if ttl < tonumber(ARGV[1]) then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+local max = tonumber(ARGV[2])
+if n > max then return redis.call('LPOP', KEYS[1], n - max) end
+return {}
+"#;
+
+#[derive(Clone)]
+pub struct RedisStore {
+    /// Pooled, auto-reconnecting clients.
+    pool: Pool,
+    prefix: String,
+    max_entries: usize,
+    skill_ttl_secs: i64,
+    retry_after_secs: u64,
+}
+
+/// Escapes `%` and `:` so key components cannot run into each other.
+fn esc(s: &str) -> String {
+    s.replace('%', "%25").replace(':', "%3A")
+}
+
+impl RedisStore {
+    /// Builds the client pool and starts connecting in the background: the
+    /// server comes up even when Redis is down, and reconnects on its own.
+    pub fn connect(config: &RedisConfig) -> anyhow::Result<RedisStore> {
+        let redis_config = if config.url.starts_with("redis-cluster://") {
+            Config::from_url_clustered(&config.url.replacen("redis-cluster://", "redis://", 1))?
+        } else {
+            Config::from_url(&config.url)?
+        };
+        let timeout = Duration::from_millis(config.timeout_ms);
+        let pool = Builder::from_config(redis_config)
+            .with_performance_config(|p| p.default_command_timeout = timeout)
+            .with_connection_config(|c| {
+                c.connection_timeout = timeout;
+                c.internal_command_timeout = timeout;
+                c.max_command_attempts = 1;
+            })
+            .set_policy(ReconnectPolicy::new_exponential(0, 100, 2_000, 2))
+            .build_pool(config.pool_size)?;
+        pool.connect();
+        Ok(RedisStore {
+            pool,
+            prefix: config.key_prefix.clone(),
+            max_entries: config.working_max_entries,
+            skill_ttl_secs: config.procedural_cache_ttl_secs as i64,
+            retry_after_secs: config.retry_after_secs,
+        })
+    }
+
+    pub fn item_key(&self, tenant: &str, id: Uuid) -> String {
+        format!("{}:{}:wm:m:{id}", self.prefix, esc(tenant))
+    }
+
+    pub fn session_key(&self, tenant: &str, agent: &str, session: &str) -> String {
+        format!("{}:{}:wm:s:{}:{}", self.prefix, esc(tenant), esc(agent), esc(session))
+    }
+
+    pub fn skill_key(&self, tenant: &str, id: Uuid) -> String {
+        format!("{}:{}:skill:{id}", self.prefix, esc(tenant))
+    }
+
+    pub async fn shutdown(&self) {
+        let _ = self.pool.quit().await;
+    }
+
+    fn unavailable(&self, e: fred::error::Error) -> StoreError {
+        StoreError::Unavailable { what: "working memory", retry_after_secs: self.retry_after_secs, source: e.into() }
+    }
+
+    fn observe(op: &'static str, started: std::time::Instant) {
+        metrics::histogram!("engram_store_operation_duration_seconds", "backend" => "redis", "op" => op)
+            .record(started.elapsed().as_secs_f64());
+    }
+
+    async fn get_json(&self, key: String) -> StoreResult<Option<Memory>> {
+        let raw: Option<String> = self.pool.get(key).await.map_err(|e| self.unavailable(e))?;
+        raw.map(|s| serde_json::from_str(&s).map_err(|e| StoreError::Internal(e.into()))).transpose()
+    }
+
+    async fn get_many(&self, keys: Vec<String>) -> StoreResult<Vec<Option<String>>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let pipeline = self.pool.next().pipeline();
+        for key in keys {
+            let _: () = pipeline.get(key).await.map_err(|e| self.unavailable(e))?;
+        }
+        pipeline.all().await.map_err(|e| self.unavailable(e))
+    }
+
+    /// Seconds until `expires_at`, at least 1 (None: no expiry).
+    fn ttl_secs(expires_at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Option<i64> {
+        expires_at.map(|e| (e - now).num_seconds().max(1))
+    }
+}
+
+#[async_trait]
+impl WorkingMemory for RedisStore {
+    async fn ping(&self) -> StoreResult<()> {
+        let _: String = self.pool.ping(None).await.map_err(|e| self.unavailable(e))?;
+        Ok(())
+    }
+
+    async fn append(&self, tenant: &str, items: &[Memory], now: DateTime<Utc>) -> StoreResult<()> {
+        let started = std::time::Instant::now();
+        // Entries first, then the session lists that point at them.
+        let pipeline = self.pool.next().pipeline();
+        for m in items {
+            let json = serde_json::to_string(m).map_err(|e| StoreError::Internal(e.into()))?;
+            let expire = Self::ttl_secs(m.expires_at, now).map(Expiration::EX);
+            let _: () = pipeline
+                .set(self.item_key(tenant, m.id), json, expire, None, false)
+                .await
+                .map_err(|e| self.unavailable(e))?;
+        }
+        let _: Vec<Value> = pipeline.all().await.map_err(|e| self.unavailable(e))?;
+
+        let mut sessions: Vec<(String, i64, Vec<String>)> = Vec::new();
+        for m in items {
+            let key = self.session_key(tenant, &m.agent_id, m.session_id.as_deref().unwrap_or_default());
+            let ttl = Self::ttl_secs(m.expires_at, now).unwrap_or(i64::MAX / 2);
+            match sessions.iter_mut().find(|(k, _, _)| *k == key) {
+                Some((_, t, ids)) => {
+                    *t = (*t).max(ttl);
+                    ids.push(m.id.to_string());
+                }
+                None => sessions.push((key, ttl, vec![m.id.to_string()])),
+            }
+        }
+        for (key, ttl, ids) in sessions {
+            let mut args = vec![ttl.to_string(), self.max_entries.to_string()];
+            args.extend(ids);
+            let evicted: Vec<String> =
+                self.pool.eval(APPEND_SCRIPT, vec![key], args).await.map_err(|e| self.unavailable(e))?;
+            for id in evicted {
+                if let Ok(id) = id.parse::<Uuid>() {
+                    let _: i64 = self.pool.del(self.item_key(tenant, id)).await.map_err(|e| self.unavailable(e))?;
+                }
+            }
+        }
+        Self::observe("append", started);
+        Ok(())
+    }
+
+    async fn remove(&self, tenant: &str, items: &[Memory]) -> StoreResult<()> {
+        let started = std::time::Instant::now();
+        for m in items {
+            let _: i64 = self.pool.del(self.item_key(tenant, m.id)).await.map_err(|e| self.unavailable(e))?;
+            let key = self.session_key(tenant, &m.agent_id, m.session_id.as_deref().unwrap_or_default());
+            let _: i64 = self.pool.lrem(key, 0, m.id.to_string()).await.map_err(|e| self.unavailable(e))?;
+        }
+        Self::observe("remove", started);
+        Ok(())
+    }
+
+    async fn get(&self, tenant: &str, id: Uuid) -> StoreResult<Option<Memory>> {
+        let started = std::time::Instant::now();
+        let found = self.get_json(self.item_key(tenant, id)).await?;
+        Self::observe("get", started);
+        Ok(found)
+    }
+
+    async fn session(&self, tenant: &str, agent_id: &str, session_id: &str) -> StoreResult<Vec<Memory>> {
+        let started = std::time::Instant::now();
+        let ids: Vec<String> = self
+            .pool
+            .lrange(self.session_key(tenant, agent_id, session_id), 0, -1)
+            .await
+            .map_err(|e| self.unavailable(e))?;
+        let keys = ids.iter().filter_map(|id| id.parse::<Uuid>().ok()).map(|id| self.item_key(tenant, id)).collect();
+        let raws = self.get_many(keys).await?;
+        let mut out = Vec::with_capacity(raws.len());
+        for raw in raws.into_iter().flatten() {
+            out.push(serde_json::from_str(&raw).map_err(|e| StoreError::Internal(e.into()))?);
+        }
+        Self::observe("session", started);
+        Ok(out)
+    }
+
+    async fn replace(&self, tenant: &str, memory: &Memory, now: DateTime<Utc>) -> StoreResult<()> {
+        let json = serde_json::to_string(memory).map_err(|e| StoreError::Internal(e.into()))?;
+        let expire = Self::ttl_secs(memory.expires_at, now).map(Expiration::EX);
+        let _: () = self
+            .pool
+            .set(self.item_key(tenant, memory.id), json, expire, None, false)
+            .await
+            .map_err(|e| self.unavailable(e))?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl SkillCache for RedisStore {
+    async fn get(&self, tenant: &str, id: Uuid) -> StoreResult<Option<Memory>> {
+        self.get_json(self.skill_key(tenant, id)).await
+    }
+
+    async fn put(&self, tenant: &str, memory: &Memory) -> StoreResult<()> {
+        let json = serde_json::to_string(memory).map_err(|e| StoreError::Internal(e.into()))?;
+        let _: () = self
+            .pool
+            .set(self.skill_key(tenant, memory.id), json, Some(Expiration::EX(self.skill_ttl_secs.max(1))), None, false)
+            .await
+            .map_err(|e| self.unavailable(e))?;
+        Ok(())
+    }
+
+    async fn evict(&self, tenant: &str, id: Uuid) -> StoreResult<()> {
+        let _: i64 = self.pool.del(self.skill_key(tenant, id)).await.map_err(|e| self.unavailable(e))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::esc;
+
+    #[test]
+    fn key_components_cannot_collide() {
+        // agent "a:b" + session "c" must differ from agent "a" + session "b:c".
+        assert_ne!(format!("{}:{}", esc("a:b"), esc("c")), format!("{}:{}", esc("a"), esc("b:c")));
+        assert_eq!(esc("50%:x"), "50%25%3Ax");
+    }
+}
