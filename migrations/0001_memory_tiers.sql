@@ -208,7 +208,7 @@ BEGIN
         m := date_trunc('month', from_month)::date + make_interval(months => i);
         part := format('episodic_memory_%s', to_char(m, 'YYYY_MM'));
         IF to_regclass(part) IS NULL THEN
-            EXECUTE format('CREATE TABLE %I (LIKE episodic_memory INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', part);
+            EXECUTE format('CREATE TABLE %I (LIKE episodic_memory INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED)', part);
             EXECUTE format(
                 'WITH moved AS (DELETE FROM episodic_memory_default WHERE created_at >= %L AND created_at < %L RETURNING *)
                  INSERT INTO %I SELECT id, tenant_id, agent_id, user_id, session_id, event_type, content, content_hash,

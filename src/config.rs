@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 
 const REDACTED: &str = "<redacted>";
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub server: ServerConfig,
@@ -162,20 +162,6 @@ pub struct LogConfig {
     pub format: String,
     /// A tracing filter; `RUST_LOG` wins when set.
     pub filter: String,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            server: ServerConfig::default(),
-            database: DatabaseConfig::default(),
-            redis: RedisConfig::default(),
-            auth: AuthConfig::default(),
-            embedding: EmbeddingConfig::default(),
-            idempotency: IdempotencyConfig::default(),
-            log: LogConfig::default(),
-        }
-    }
 }
 
 impl Default for ServerConfig {

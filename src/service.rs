@@ -77,7 +77,11 @@ impl MemoryService {
 
     /// Classifies drafts that need it, then checks each against its tier.
     /// `pointer(i)` names draft i in errors.
-    async fn finish(&self, drafts: Vec<Draft>, pointer: &(dyn Fn(usize) -> String + Sync)) -> ServiceResult<Vec<NewMemory>> {
+    async fn finish(
+        &self,
+        drafts: Vec<Draft>,
+        pointer: &(dyn Fn(usize) -> String + Sync),
+    ) -> ServiceResult<Vec<NewMemory>> {
         let mut out = Vec::with_capacity(drafts.len());
         for (i, draft) in drafts.into_iter().enumerate() {
             let input = draft.classify_input();
@@ -103,12 +107,12 @@ impl MemoryService {
         pointer: &(dyn Fn(usize) -> String + Sync),
         idempotency: Option<IdempotencyKey>,
     ) -> ServiceResult<Written> {
+        let now = self.clock.now();
         if let Some(key) = &idempotency
-            && let Some(previous) = self.store.idempotent_response(tenant, &key.key).await?
+            && let Some(previous) = self.store.idempotent_response(tenant, &key.key, now).await?
         {
             return replay(previous, key);
         }
-        let now = self.clock.now();
         let memories = self.finish(drafts, pointer).await?;
 
         let (persistent_idx, working_idx): (Vec<usize>, Vec<usize>) =
@@ -224,7 +228,7 @@ impl MemoryService {
                 Err(e) => tracing::warn!(error = %e, "listing without working memory: Redis unavailable"),
             }
         }
-        out.sort_by(|a, b| (b.created_at, b.id).cmp(&(a.created_at, a.id)));
+        out.sort_by_key(|m| std::cmp::Reverse((m.created_at, m.id)));
         out.truncate(filter.limit + 1);
         Ok(out)
     }
@@ -234,7 +238,9 @@ impl MemoryService {
         let redis_error = match self.working.get(tenant, id).await {
             Ok(Some(mut m)) => {
                 if patch.retention == Some(Retention::Permanent) {
-                    return Err(FieldError::new("/retention", "working memory must expire; use long_term at most").into());
+                    return Err(
+                        FieldError::new("/retention", "working memory must expire; use long_term at most").into()
+                    );
                 }
                 apply_patch(&mut m, &patch, now);
                 self.working.replace(tenant, &m, now).await?;

@@ -57,22 +57,17 @@ pub trait Classifier: Send + Sync {
 #[derive(Debug, Default, Clone)]
 pub struct RuleClassifier;
 
-const EMPHASIS: &[&str] = &[
-    "important", "remember", "always", "never", "must", "critical", "urgent", "deadline", "allergic",
-    "password",
-];
+const EMPHASIS: &[&str] =
+    &["important", "remember", "always", "never", "must", "critical", "urgent", "deadline", "allergic", "password"];
 const PREFERENCE_PREFIXES: &[&str] = &["prefer", "favorite", "favourite", "love", "hate", "dislike"];
 const FACT_VERBS: &[&str] = &[
-    "prefers", "likes", "loves", "hates", "dislikes", "is", "are", "has", "have", "lives", "works",
-    "owns", "wants", "needs", "uses", "speaks", "was", "were",
+    "prefers", "likes", "loves", "hates", "dislikes", "is", "are", "has", "have", "lives", "works", "owns", "wants",
+    "needs", "uses", "speaks", "was", "were",
 ];
 const PERSONAL_PRONOUNS: &[&str] = &["i", "me", "my", "we", "our", "you", "your", "i'm", "i've", "we're"];
 
 fn words(text: &str) -> Vec<String> {
-    text.split(|c: char| !(c.is_alphanumeric() || c == '\''))
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .collect()
+    text.split(|c: char| !(c.is_alphanumeric() || c == '\'')).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
 }
 
 impl RuleClassifier {

@@ -14,9 +14,7 @@ use unicode_normalization::UnicodeNormalization;
 pub fn normalize(text: &str) -> String {
     let folded: String = text.nfkc().flat_map(char::to_lowercase).collect();
     let collapsed = folded.split_whitespace().collect::<Vec<_>>().join(" ");
-    collapsed
-        .trim_end_matches(['.', '!', '?', ';', ' '])
-        .to_string()
+    collapsed.trim_end_matches(['.', '!', '?', ';', ' ']).to_string()
 }
 
 /// Hex SHA-256 of the normalised text.
@@ -27,10 +25,7 @@ pub fn content_hash(text: &str) -> String {
 /// Normalised subject or predicate, used to find the fact a new one
 /// contradicts: trimmed, lower case, inner whitespace collapsed.
 pub fn normalize_key(text: &str) -> String {
-    text.split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
-        .to_lowercase()
+    text.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase()
 }
 
 #[cfg(test)]

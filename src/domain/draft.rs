@@ -100,7 +100,10 @@ impl Draft {
                     return Err(FieldError::new(format!("{at}/session_id"), "is required for working memory"));
                 }
                 if retention == Retention::Permanent {
-                    return Err(FieldError::new(format!("{at}/retention"), "working memory must expire; use long_term at most"));
+                    return Err(FieldError::new(
+                        format!("{at}/retention"),
+                        "working memory must expire; use long_term at most",
+                    ));
                 }
             }
             Tier::Procedural if self.skill_name.is_none() => {

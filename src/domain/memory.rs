@@ -157,9 +157,7 @@ impl Outcome {
     }
 
     pub fn parse(s: &str) -> Option<Outcome> {
-        [Outcome::Success, Outcome::Failure, Outcome::Partial, Outcome::Unknown]
-            .into_iter()
-            .find(|o| o.as_str() == s)
+        [Outcome::Success, Outcome::Failure, Outcome::Partial, Outcome::Unknown].into_iter().find(|o| o.as_str() == s)
     }
 }
 

@@ -10,6 +10,4 @@ pub mod draft;
 pub mod memory;
 pub mod validate;
 
-pub use memory::{
-    EventType, Memory, MemoryPatch, NewMemory, Outcome, Retention, Tier, WrittenMemory,
-};
+pub use memory::{EventType, Memory, MemoryPatch, NewMemory, Outcome, Retention, Tier, WrittenMemory};

@@ -21,11 +21,8 @@ impl LexicalHashEmbedder {
     }
 
     pub fn embed_one(&self, text: &str) -> Vec<f32> {
-        let words: Vec<String> = text
-            .split(|c: char| !c.is_alphanumeric())
-            .filter(|w| !w.is_empty())
-            .map(str::to_lowercase)
-            .collect();
+        let words: Vec<String> =
+            text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect();
         let mut v = vec![0.0f32; self.dimensions];
         let mut add = |feature: &str, weight: f32| {
             let h = Sha256::digest(feature.as_bytes());

@@ -101,10 +101,7 @@ impl OpenAiEmbedder {
 
     fn collect(&self, parsed: Response, expected: usize) -> Result<Vec<Vec<f32>>, EmbedError> {
         if parsed.data.len() != expected {
-            return Err(EmbedError::BadResponse(format!(
-                "{} vectors for {expected} texts",
-                parsed.data.len()
-            )));
+            return Err(EmbedError::BadResponse(format!("{} vectors for {expected} texts", parsed.data.len())));
         }
         let mut out = vec![Vec::new(); expected];
         for d in parsed.data {

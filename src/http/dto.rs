@@ -74,7 +74,7 @@ pub struct BatchRequest {
 #[serde(untagged)]
 #[allow(dead_code)]
 pub enum CreateMemoriesBody {
-    Single(CreateMemoryRequest),
+    Single(Box<CreateMemoryRequest>),
     Batch(BatchRequest),
 }
 
@@ -174,10 +174,7 @@ impl CreateMemoryRequest {
 impl UpdateMemoryRequest {
     pub fn into_patch(self) -> Check<MemoryPatch> {
         if self.content.is_none() && self.importance.is_none() && self.metadata.is_none() && self.retention.is_none() {
-            return Err(validate::FieldError::new(
-                "",
-                "give at least one of content, importance, metadata, retention",
-            ));
+            return Err(validate::FieldError::new("", "give at least one of content, importance, metadata, retention"));
         }
         if let Some(c) = &self.content {
             validate::content("/content", c)?;

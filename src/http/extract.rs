@@ -32,7 +32,8 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ValidJson<T> {
             }
         })?;
         let body_sha256 = hex::encode(Sha256::digest(&bytes));
-        let raw: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+        let raw: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
         let value = from_value(raw)?;
         Ok(ValidJson { value, body_sha256 })
     }
@@ -173,7 +174,8 @@ mod tests {
 
     #[test]
     fn errors_point_at_the_field() {
-        let bad_type = serde_json::json!({"memories": [{"importance": 1, "name": "a"}, {"importance": "x", "name": "b"}]});
+        let bad_type =
+            serde_json::json!({"memories": [{"importance": 1, "name": "a"}, {"importance": "x", "name": "b"}]});
         assert_eq!(field_of(from_value::<Batch>(bad_type).unwrap_err()), "/memories/1/importance");
         let missing = serde_json::json!({"memories": [{"importance": 1}]});
         assert_eq!(field_of(from_value::<Batch>(missing).unwrap_err()), "/memories/0/name");

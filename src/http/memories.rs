@@ -2,10 +2,10 @@
 //! Handlers parse, call the service, and map; rules live in the service and
 //! the domain.
 
+use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, Utc};
@@ -247,7 +247,10 @@ pub fn parse_list_query(query: &str) -> Result<ListFilter, ApiError> {
             "tier" => {
                 for t in v.split(',').filter(|t| !t.is_empty()) {
                     f.tiers.push(Tier::parse(t).ok_or_else(|| {
-                        ApiError::field("tier", format!("unknown tier `{t}`; expected working, episodic, semantic or procedural"))
+                        ApiError::field(
+                            "tier",
+                            format!("unknown tier `{t}`; expected working, episodic, semantic or procedural"),
+                        )
                     })?);
                 }
             }
@@ -279,7 +282,8 @@ mod tests {
 
     #[test]
     fn cursors_round_trip_and_garbage_is_refused() {
-        let c = Cursor { created_at: DateTime::from_timestamp_micros(1_780_000_000_123_456).unwrap(), id: Uuid::now_v7() };
+        let c =
+            Cursor { created_at: DateTime::from_timestamp_micros(1_780_000_000_123_456).unwrap(), id: Uuid::now_v7() };
         assert_eq!(decode_cursor(&encode_cursor(c)), Some(c));
         assert_eq!(decode_cursor("not-a-cursor"), None);
         assert!(matches!(parse_list_query("cursor=zzz"), Err(ApiError::InvalidCursor)));

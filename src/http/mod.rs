@@ -102,12 +102,12 @@ pub fn router(state: AppState) -> Router {
         .layer(
             ServiceBuilder::new()
                 .layer(SetRequestIdLayer::new(REQUEST_ID_HEADER, MakeRequestUuid))
+                .layer(PropagateRequestIdLayer::new(REQUEST_ID_HEADER))
                 .layer(middleware::from_fn(request_context))
                 .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
                     let id = req.headers().get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
                     tracing::info_span!("request", method = %req.method(), uri = %req.uri().path(), request_id = %id)
                 }))
-                .layer(PropagateRequestIdLayer::new(REQUEST_ID_HEADER))
                 .layer(CatchPanicLayer::custom(|_| {
                     ApiError::Internal(anyhow::anyhow!("handler panicked")).into_response()
                 }))

@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
+use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
-use axum::Json;
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -73,13 +73,17 @@ pub async fn docs_page() -> Html<&'static str> {
 }
 
 pub async fn docs_css() -> Response {
-    ([(header::CONTENT_TYPE, "text/css"), (header::CACHE_CONTROL, "public, max-age=86400")],
-        include_str!("../../assets/swagger-ui/swagger-ui.css"))
+    (
+        [(header::CONTENT_TYPE, "text/css"), (header::CACHE_CONTROL, "public, max-age=86400")],
+        include_str!("../../assets/swagger-ui/swagger-ui.css"),
+    )
         .into_response()
 }
 
 pub async fn docs_js() -> Response {
-    ([(header::CONTENT_TYPE, "application/javascript"), (header::CACHE_CONTROL, "public, max-age=86400")],
-        include_str!("../../assets/swagger-ui/swagger-ui-bundle.js"))
+    (
+        [(header::CONTENT_TYPE, "application/javascript"), (header::CACHE_CONTROL, "public, max-age=86400")],
+        include_str!("../../assets/swagger-ui/swagger-ui-bundle.js"),
+    )
         .into_response()
 }

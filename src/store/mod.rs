@@ -115,7 +115,7 @@ impl ListFilter {
             && self.metadata.iter().all(|(k, v)| match m.metadata.get(k) {
                 Some(Value::String(s)) => s == v,
                 Some(Value::Null) | None => false,
-                Some(other) => other.to_string() == *v,
+                Some(other) => serde_json::to_string(other).is_ok_and(|s| s == *v),
             })
     }
 }
@@ -127,7 +127,12 @@ pub trait MemoryStore: Send + Sync {
     async fn ping(&self) -> StoreResult<()>;
 
     /// The response remembered for an idempotency key, if it is still fresh.
-    async fn idempotent_response(&self, tenant: &str, key: &str) -> StoreResult<Option<StoredResponse>>;
+    async fn idempotent_response(
+        &self,
+        tenant: &str,
+        key: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<StoredResponse>>;
 
     /// Writes the memories in one transaction (all or nothing), with their
     /// dedup, supersede and upsert rules, and remembers the response under

@@ -73,7 +73,13 @@ impl PgStore {
         Ok(Some(StoredResponse { request_hash, status: status as u16, body }))
     }
 
-    async fn insert_episodic(&self, tx: &mut Tx<'_>, tenant: &str, p: &PreparedMemory, now: DateTime<Utc>) -> StoreResult<Memory> {
+    async fn insert_episodic(
+        &self,
+        tx: &mut Tx<'_>,
+        tenant: &str,
+        p: &PreparedMemory,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Memory> {
         let m = &p.memory;
         let (vector, model) = vector_of(p.embedding.as_ref());
         let sql = format!(
@@ -227,7 +233,13 @@ impl PgStore {
     /// Inserts a skill or updates the agent's skill of the same name: new
     /// text replaces the old, given fields replace theirs, an outcome moves
     /// the counters, a reward moves the running mean, the version increments.
-    async fn upsert_procedural(&self, tx: &mut Tx<'_>, tenant: &str, p: &PreparedMemory, now: DateTime<Utc>) -> StoreResult<Memory> {
+    async fn upsert_procedural(
+        &self,
+        tx: &mut Tx<'_>,
+        tenant: &str,
+        p: &PreparedMemory,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Memory> {
         let m = &p.memory;
         let (vector, model) = vector_of(p.embedding.as_ref());
         let (success, failure) = match m.outcome {
@@ -353,7 +365,12 @@ impl MemoryStore for PgStore {
         Ok(())
     }
 
-    async fn idempotent_response(&self, tenant: &str, key: &str) -> StoreResult<Option<StoredResponse>> {
+    async fn idempotent_response(
+        &self,
+        tenant: &str,
+        key: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<StoredResponse>> {
         let row: Option<(String, i16, Value, DateTime<Utc>)> = sqlx::query_as(
             "SELECT request_hash, status, response, created_at FROM idempotency_keys WHERE tenant_id = $1 AND key = $2 \
              AND status <> 0",
@@ -364,7 +381,7 @@ impl MemoryStore for PgStore {
         .await
         .map_err(store_error)?;
         Ok(row
-            .filter(|(_, _, _, created)| *created > Utc::now() - self.idempotency_ttl)
+            .filter(|(_, _, _, created)| *created > now - self.idempotency_ttl)
             .map(|(request_hash, status, body, _)| StoredResponse { request_hash, status: status as u16, body }))
     }
 
@@ -387,9 +404,14 @@ impl MemoryStore for PgStore {
         let mut written = Vec::with_capacity(items.len());
         for p in items {
             let w = match p.memory.tier {
-                Tier::Episodic => WrittenMemory { memory: self.insert_episodic(&mut tx, tenant, p, now).await?, deduplicated: false },
+                Tier::Episodic => {
+                    WrittenMemory { memory: self.insert_episodic(&mut tx, tenant, p, now).await?, deduplicated: false }
+                }
                 Tier::Semantic => self.insert_semantic(&mut tx, tenant, p, now).await?,
-                Tier::Procedural => WrittenMemory { memory: self.upsert_procedural(&mut tx, tenant, p, now).await?, deduplicated: false },
+                Tier::Procedural => WrittenMemory {
+                    memory: self.upsert_procedural(&mut tx, tenant, p, now).await?,
+                    deduplicated: false,
+                },
                 Tier::Working => {
                     return Err(StoreError::Internal(anyhow::anyhow!("working memory sent to the persistent store")));
                 }
@@ -420,10 +442,8 @@ impl MemoryStore for PgStore {
 
     async fn list(&self, tenant: &str, filter: &ListFilter, now: DateTime<Utc>) -> StoreResult<Vec<Memory>> {
         let started = Instant::now();
-        let tiers: Vec<Tier> = [Tier::Episodic, Tier::Semantic, Tier::Procedural]
-            .into_iter()
-            .filter(|t| filter.wants(*t))
-            .collect();
+        let tiers: Vec<Tier> =
+            [Tier::Episodic, Tier::Semantic, Tier::Procedural].into_iter().filter(|t| filter.wants(*t)).collect();
         if tiers.is_empty() {
             return Ok(Vec::new());
         }
@@ -453,9 +473,9 @@ impl MemoryStore for PgStore {
         let table = rows::table(current.tier);
         let mut tx = self.pool.begin().await.map_err(store_error)?;
         // Lock the row and re-read its metadata so concurrent patches merge.
-        let locked: Option<sqlx::types::Json<serde_json::Map<String, Value>>> = sqlx::query_scalar(AssertSqlSafe(format!(
-            "SELECT metadata FROM {table} WHERE tenant_id = $1 AND id = $2 FOR UPDATE"
-        )))
+        let locked: Option<sqlx::types::Json<serde_json::Map<String, Value>>> = sqlx::query_scalar(AssertSqlSafe(
+            format!("SELECT metadata FROM {table} WHERE tenant_id = $1 AND id = $2 FOR UPDATE"),
+        ))
         .bind(tenant)
         .bind(id)
         .fetch_optional(&mut *tx)

@@ -98,7 +98,10 @@ impl PgStore {
                 "CREATE INDEX IF NOT EXISTS {name} ON {table} USING hnsw ((embedding::vector({dimensions})) vector_cosine_ops) \
                  WITH (m = 16, ef_construction = 200) WHERE embedding_model = '{literal}'"
             );
-            sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut *tx).await.with_context(|| format!("creating {name}"))?;
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(&mut *tx)
+                .await
+                .with_context(|| format!("creating {name}"))?;
         }
         tx.commit().await?;
         Ok(())

@@ -1,0 +1,176 @@
+//! Test harness: spawns the app on port 0 with a unique tenant, a unique
+//! Redis prefix and a clock the test controls.
+
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Duration, Utc};
+use engram::clock::Clock;
+use engram::config::{Config, EmbeddingProvider};
+use engram::store::postgres::PgStore;
+use reqwest::{Response, StatusCode};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// A clock the test moves by hand.
+pub struct ManualClock(Mutex<DateTime<Utc>>);
+
+impl ManualClock {
+    pub fn advance(&self, by: Duration) {
+        *self.0.lock().unwrap() += by;
+    }
+
+    pub fn set(&self, to: DateTime<Utc>) {
+        *self.0.lock().unwrap() = to;
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> DateTime<Utc> {
+        *self.0.lock().unwrap()
+    }
+}
+
+pub struct TestApp {
+    pub base: String,
+    pub client: reqwest::Client,
+    pub clock: Arc<ManualClock>,
+    pub pg: PgStore,
+    pub config: Config,
+    /// Bearer key sent with every request, when the app has keys.
+    pub api_key: Option<String>,
+    shutdown: CancellationToken,
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+pub fn test_config() -> Config {
+    let db = std::env::var("ENGRAM_TEST_DATABASE_URL").expect(
+        "ENGRAM_TEST_DATABASE_URL is not set: run the tests with scripts/test.sh, which starts Postgres and Redis",
+    );
+    let redis = std::env::var("ENGRAM_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let mut c = Config::default();
+    c.database.url = db;
+    c.database.max_connections = 5;
+    c.redis.url = redis;
+    c.redis.key_prefix = format!("engram-test-{}", Uuid::new_v4().simple());
+    c.auth.default_tenant = format!("t-{}", Uuid::new_v4().simple());
+    c.embedding.provider = EmbeddingProvider::LexicalHash;
+    c.server.shutdown_grace_ms = 1_000;
+    c
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|_| {}).await
+}
+
+pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
+    let mut config = test_config();
+    tweak(&mut config);
+    let clock = Arc::new(ManualClock(Mutex::new(Utc::now())));
+    let app = engram::app::build_with_clock(config.clone(), clock.clone()).await.expect("app builds");
+    let pg = app.pg.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let shutdown = CancellationToken::new();
+    tokio::spawn(engram::app::run(listener, app, shutdown.clone()));
+    TestApp { base, client: reqwest::Client::new(), clock, pg, config, api_key: None, shutdown }
+}
+
+impl TestApp {
+    fn auth(&self, rb: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.api_key {
+            Some(k) => rb.bearer_auth(k),
+            None => rb,
+        }
+    }
+
+    pub fn as_key(&self, key: &str) -> TestApp {
+        TestApp {
+            base: self.base.clone(),
+            client: self.client.clone(),
+            clock: self.clock.clone(),
+            pg: self.pg.clone(),
+            config: self.config.clone(),
+            api_key: Some(key.to_string()),
+            // A second handle must not stop the server when dropped.
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> Response {
+        self.auth(self.client.post(format!("{}{path}", self.base)).json(body)).send().await.unwrap()
+    }
+
+    pub async fn post_raw(&self, path: &str, body: impl Into<reqwest::Body>) -> Response {
+        self.auth(
+            self.client.post(format!("{}{path}", self.base)).header("content-type", "application/json").body(body),
+        )
+        .send()
+        .await
+        .unwrap()
+    }
+
+    pub async fn get(&self, path: &str) -> Response {
+        self.auth(self.client.get(format!("{}{path}", self.base))).send().await.unwrap()
+    }
+
+    pub async fn patch(&self, path: &str, body: &Value) -> Response {
+        self.auth(self.client.patch(format!("{}{path}", self.base)).json(body)).send().await.unwrap()
+    }
+
+    pub async fn delete(&self, path: &str) -> Response {
+        self.auth(self.client.delete(format!("{}{path}", self.base))).send().await.unwrap()
+    }
+
+    /// Writes and expects 201; returns the written memories.
+    pub async fn write(&self, body: Value) -> Vec<Value> {
+        let r = self.post("/v1/memories", &body).await;
+        let status = r.status();
+        let json: Value = r.json().await.unwrap();
+        assert_eq!(status, StatusCode::CREATED, "write failed: {json}");
+        json["memories"].as_array().unwrap().clone()
+    }
+
+    /// Writes one memory and returns it.
+    pub async fn write_one(&self, body: Value) -> Value {
+        self.write(body).await.remove(0)
+    }
+
+    pub async fn get_json(&self, path: &str) -> (StatusCode, Value) {
+        let r = self.get(path).await;
+        let status = r.status();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// A direct Redis client, for checking what engram left there.
+    pub async fn redis(&self) -> fred::clients::Client {
+        use fred::prelude::*;
+        let client =
+            Builder::from_config(fred::prelude::Config::from_url(&self.config.redis.url).unwrap()).build().unwrap();
+        client.init().await.unwrap();
+        client
+    }
+}
+
+/// Asserts the standard error body and returns it.
+pub async fn expect_error(r: Response, status: StatusCode, code: &str) -> Value {
+    let got = r.status();
+    let header_id = r.headers().get("x-request-id").and_then(|v| v.to_str().ok()).map(str::to_string);
+    let body: Value = r.json().await.expect("error bodies are JSON");
+    assert_eq!(got, status, "{body}");
+    assert_eq!(body["error"]["code"], code, "{body}");
+    assert!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    assert_eq!(body["error"]["request_id"].as_str().map(str::to_string), header_id, "request id in body and header");
+    body
+}
+
+impl ManualClock {
+    pub fn now_plus(&self, by: Duration) -> DateTime<Utc> {
+        *self.0.lock().unwrap() + by
+    }
+}

@@ -1,0 +1,11 @@
+//! HTTP tests against a real server on a real port, backed by the real
+//! Postgres and Redis that `scripts/test.sh` starts. Each test gets its own
+//! tenant and Redis key prefix, so tests run in parallel on one database.
+
+mod errors;
+mod helpers;
+mod memories;
+mod operations;
+mod schema;
+mod tenancy;
+mod working;
