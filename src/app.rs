@@ -41,6 +41,8 @@ pub struct AppState {
 /// The state plus the backends the background jobs and shutdown need.
 pub struct App {
     pub state: AppState,
+    /// Access counts queued by searches, for the flusher job.
+    pub access_rx: Option<tokio::sync::mpsc::Receiver<crate::recall::AccessBatch>>,
     pub pg: PgStore,
     pub redis: RedisStore,
     pub config: Config,
@@ -56,7 +58,7 @@ pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::
     if config.database.url.is_empty() {
         anyhow::bail!("`database.url` is not set: give DATABASE_URL=postgres://user:pass@host:port/db");
     }
-    let pool = postgres::connect_lazy(&config.database)?;
+    let pool = postgres::connect_lazy(&config.database, &config.search)?;
     if config.database.migrate_on_start {
         postgres::migrate(&pool).await?;
     }
@@ -85,6 +87,7 @@ pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::
              every request acts for the default tenant. Set ENGRAM_API_KEYS or [[auth.keys]]."
         );
     }
+    let (access, access_rx) = crate::recall::AccessRecorder::new(10_000);
     let service = MemoryService {
         store: Arc::new(pg.clone()),
         working: Arc::new(redis.clone()),
@@ -92,6 +95,10 @@ pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::
         embedder,
         classifier: Arc::new(RuleClassifier),
         clock,
+        agent_weights: config.agents.iter().filter_map(|(a, c)| c.weights.map(|w| (a.clone(), w))).collect(),
+        dedup_cosine: config.search.dedup_cosine,
+        context_candidates: config.search.context_candidates,
+        access: Some(access),
     };
     let state = AppState {
         service: Arc::new(service),
@@ -102,14 +109,14 @@ pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::
         body_limit: config.server.body_limit_bytes,
         request_timeout_ms: config.server.request_timeout_ms,
     };
-    Ok(App { state, pg, redis, config })
+    Ok(App { state, access_rx: Some(access_rx), pg, redis, config })
 }
 
 /// Serves until `shutdown` is cancelled, then drains requests (bounded by
 /// the grace period), stops the jobs and closes the backends.
-pub async fn run(listener: TcpListener, app: App, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub async fn run(listener: TcpListener, mut app: App, shutdown: CancellationToken) -> anyhow::Result<()> {
     let tracker = TaskTracker::new();
-    jobs::spawn_all(&tracker, &app, shutdown.clone());
+    jobs::spawn_all(&tracker, &mut app, shutdown.clone());
     tracker.close();
 
     let router = crate::http::router(app.state.clone());

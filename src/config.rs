@@ -26,7 +26,36 @@ pub struct Config {
     pub auth: AuthConfig,
     pub embedding: EmbeddingConfig,
     pub idempotency: IdempotencyConfig,
+    pub search: SearchConfig,
+    /// Per-agent settings: `[agents.<agent_id>]`.
+    pub agents: std::collections::BTreeMap<String, AgentConfig>,
     pub log: LogConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SearchConfig {
+    /// HNSW candidate list size per index scan (pgvector `hnsw.ef_search`).
+    pub ef_search: u32,
+    /// Bound on tuples an iterative HNSW scan visits (pgvector `hnsw.max_scan_tuples`).
+    pub max_scan_tuples: u32,
+    /// Two recalled memories at least this similar (cosine) are one; the better scored stays.
+    pub dedup_cosine: f64,
+    /// Candidates the context builder considers before packing.
+    pub context_candidates: usize,
+}
+
+impl Default for SearchConfig {
+    fn default() -> Self {
+        Self { ef_search: 100, max_scan_tuples: 20_000, dedup_cosine: 0.95, context_candidates: 200 }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentConfig {
+    /// Scoring weights for this agent's searches (a request's `weights` still wins).
+    pub weights: Option<crate::domain::scoring::Weights>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -245,7 +274,8 @@ impl Default for LogConfig {
 #[error("invalid configuration: {0}")]
 pub struct ConfigError(String);
 
-const SECTIONS: &[&str] = &["server", "database", "redis", "auth", "embedding", "idempotency", "log"];
+const SECTIONS: &[&str] =
+    &["server", "database", "redis", "auth", "embedding", "idempotency", "search", "agents", "log"];
 
 impl Config {
     /// Loads defaults < `file` < `ENGRAM_*` < `DATABASE_URL`/`REDIS_URL`/`ENGRAM_LISTEN`,
@@ -329,6 +359,22 @@ impl Config {
         }
         if oa.batch_size == 0 {
             return bad("embedding.openai.batch_size", "must be greater than 0");
+        }
+        if self.search.ef_search == 0 || self.search.ef_search > 1000 {
+            return bad("search.ef_search", "must be between 1 and 1000");
+        }
+        if !(0.0..=1.0).contains(&self.search.dedup_cosine) {
+            return bad("search.dedup_cosine", "must be between 0 and 1");
+        }
+        if self.search.context_candidates == 0 || self.search.context_candidates > 1000 {
+            return bad("search.context_candidates", "must be between 1 and 1000");
+        }
+        for (agent, a) in &self.agents {
+            if let Some(w) = &a.weights
+                && w.check("").is_err()
+            {
+                return bad(&format!("agents.{agent}.weights"), "must each be between 0 and 10, not all 0");
+            }
         }
         if self.idempotency.ttl_hours == 0 {
             return bad("idempotency.ttl_hours", "must be greater than 0");

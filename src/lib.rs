@@ -3,7 +3,7 @@
 //! A map of the crate, outside in:
 //! - [`http`]: routes, extractors, middleware, the OpenAPI document. No SQL.
 //! - [`service`]: what each operation means, across working memory and the
-//!   persistent store.
+//!   persistent store; [`recall`]: search, scoring and context assembly.
 //! - [`domain`]: tiers, retention, classification, validation: pure rules.
 //! - [`store`]: the storage traits and their backends (Postgres, Redis).
 //! - [`embed`]: embedders behind one trait.
@@ -19,6 +19,7 @@ pub mod embed;
 pub mod error;
 pub mod http;
 pub mod jobs;
+pub mod recall;
 pub mod service;
 pub mod store;
 pub mod telemetry;

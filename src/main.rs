@@ -81,7 +81,7 @@ async fn migrate(config: Config) -> anyhow::Result<()> {
     if config.database.url.is_empty() {
         anyhow::bail!("`database.url` is not set: give DATABASE_URL");
     }
-    let pool = engram::store::postgres::connect_lazy(&config.database)?;
+    let pool = engram::store::postgres::connect_lazy(&config.database, &config.search)?;
     engram::store::postgres::migrate(&pool).await?;
     tracing::info!("migrations applied");
     Ok(())

@@ -55,6 +55,14 @@ pub struct MemoryService {
     /// Decides tier and importance when the writer did not.
     pub classifier: Arc<dyn Classifier>,
     pub clock: Arc<dyn Clock>,
+    /// Per-agent scoring weights from the configuration.
+    pub agent_weights: std::collections::BTreeMap<String, crate::domain::scoring::Weights>,
+    /// Recalled memories at least this alike (cosine) count as one.
+    pub dedup_cosine: f64,
+    /// Candidates scored before context packing.
+    pub context_candidates: usize,
+    /// Counts accesses off the request path; None counts nothing.
+    pub access: Option<crate::recall::AccessRecorder>,
 }
 
 /// The body of a write response, in request order.

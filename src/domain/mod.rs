@@ -6,8 +6,11 @@
 
 pub mod classify;
 pub mod content;
+pub mod context;
 pub mod draft;
 pub mod memory;
+pub mod scoring;
+pub mod tokens;
 pub mod validate;
 
 pub use memory::{EventType, Memory, MemoryPatch, NewMemory, Outcome, Retention, Tier, WrittenMemory};

@@ -7,6 +7,7 @@
 pub mod dto;
 pub mod extract;
 pub mod memories;
+pub mod recall;
 pub mod system;
 
 use std::time::{Duration, Instant};
@@ -51,6 +52,7 @@ const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
     modifiers(&BearerAuth),
     tags(
         (name = "memories", description = "Write, read, list, update and delete memories"),
+        (name = "recall", description = "Search with priority scoring, and token-budgeted context"),
         (name = "operations", description = "Health, readiness and metrics"),
     )
 )]
@@ -74,6 +76,8 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(memories::create_memories, memories::list_memories))
         .routes(routes!(memories::get_memory, memories::update_memory, memories::delete_memory))
         .routes(routes!(memories::memory_history))
+        .routes(routes!(recall::search_memories))
+        .routes(routes!(recall::build_context))
         .routes(routes!(system::healthz))
         .routes(routes!(system::readyz))
         .routes(routes!(system::metrics))

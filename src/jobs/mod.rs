@@ -2,6 +2,7 @@
 //! (which tests call directly) and a loop around it. Jobs take Postgres
 //! advisory locks, so any number of replicas can run them.
 
+pub mod access;
 pub mod maintenance;
 
 use tokio_util::sync::CancellationToken;
@@ -9,7 +10,15 @@ use tokio_util::task::TaskTracker;
 
 use crate::app::App;
 
-pub fn spawn_all(tracker: &TaskTracker, app: &App, shutdown: CancellationToken) {
+pub fn spawn_all(tracker: &TaskTracker, app: &mut App, shutdown: CancellationToken) {
+    if let Some(rx) = app.access_rx.take() {
+        let flusher = access::AccessFlusher {
+            store: app.state.service.store.clone(),
+            clock: app.state.service.clock.clone(),
+            rx,
+        };
+        tracker.spawn(flusher.run(std::time::Duration::from_millis(500), shutdown.clone()));
+    }
     let job = maintenance::Maintenance {
         store: app.pg.clone(),
         clock: app.state.service.clock.clone(),

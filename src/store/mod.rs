@@ -120,6 +120,48 @@ impl ListFilter {
     }
 }
 
+/// A recall request as the store sees it: one agent, optional narrowing, and
+/// the query as text and (when an embedder is configured) as a vector.
+#[derive(Debug, Clone)]
+pub struct SearchQuery {
+    pub agent_id: String,
+    pub user_id: Option<String>,
+    /// Persistent tiers to search.
+    pub tiers: Vec<Tier>,
+    pub text: String,
+    pub vector: Option<Embedding>,
+    /// `metadata.KEY` equals VALUE (JSON equality).
+    pub metadata: Vec<(String, Value)>,
+    /// Bounds on `occurred_at`.
+    pub since: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
+    /// Candidates each leg returns per tier.
+    pub per_leg: usize,
+}
+
+/// One candidate: the memory and what each leg said about it.
+#[derive(Debug, Clone)]
+pub struct Hit {
+    pub memory: Memory,
+    /// Cosine similarity to the query vector.
+    pub similarity: Option<f64>,
+    /// Full-text rank (ts_rank), unnormalised.
+    pub text_rank: Option<f64>,
+    /// The stored vector, for near-duplicate detection.
+    pub vector: Option<Vec<f32>>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct SearchHits {
+    pub hits: Vec<Hit>,
+    /// Whether the vector leg ran (a query vector was given).
+    pub vector_leg: bool,
+    /// Whether the full-text leg ran (the query had searchable words).
+    pub text_leg: bool,
+    pub vector_ms: f64,
+    pub text_ms: f64,
+}
+
 /// The persistent tiers: episodic, semantic and procedural.
 #[async_trait]
 pub trait MemoryStore: Send + Sync {
@@ -169,6 +211,13 @@ pub trait MemoryStore: Send + Sync {
 
     /// A fact's supersede chain, oldest first.
     async fn history(&self, tenant: &str, id: Uuid, now: DateTime<Utc>) -> StoreResult<Vec<Memory>>;
+
+    /// Candidates for a query from the vector and full-text legs, run
+    /// concurrently: live memories only, valid facts only.
+    async fn search(&self, tenant: &str, query: &SearchQuery, now: DateTime<Utc>) -> StoreResult<SearchHits>;
+
+    /// Counts accesses: `(tier, id, times)`; called off the request path.
+    async fn record_access(&self, tenant: &str, hits: &[(Tier, Uuid, i32)], now: DateTime<Utc>) -> StoreResult<()>;
 }
 
 /// Working memory: per (tenant, agent, session) ordered entries with a TTL.

@@ -69,6 +69,7 @@ pub async fn spawn_app() -> TestApp {
 }
 
 pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
+    engram::telemetry::init_logging(&engram::config::LogConfig { format: "text".into(), filter: "warn".into() });
     let mut config = test_config();
     tweak(&mut config);
     let clock = Arc::new(ManualClock(Mutex::new(Utc::now())));

@@ -6,6 +6,7 @@ mod errors;
 mod helpers;
 mod memories;
 mod operations;
+mod recall;
 mod schema;
 mod tenancy;
 mod working;

@@ -15,8 +15,8 @@ use super::{PgStore, observe, store_error};
 use crate::domain::memory::merge_metadata;
 use crate::domain::{Memory, MemoryPatch, Outcome, Tier, WrittenMemory};
 use crate::store::{
-    Embedding, IdempotencyKey, ListFilter, MemoryStore, PreparedMemory, RenderResponse, StoreError, StoreResult,
-    StoredResponse, WriteOutcome,
+    Embedding, IdempotencyKey, ListFilter, MemoryStore, PreparedMemory, RenderResponse, SearchHits, SearchQuery,
+    StoreError, StoreResult, StoredResponse, WriteOutcome,
 };
 
 type Tx<'a> = Transaction<'a, Postgres>;
@@ -561,5 +561,13 @@ impl MemoryStore for PgStore {
             .await
             .map_err(store_error)?;
         rows.into_iter().map(Memory::try_from).collect()
+    }
+
+    async fn search(&self, tenant: &str, query: &SearchQuery, now: DateTime<Utc>) -> StoreResult<SearchHits> {
+        self.search_legs(tenant, query, now).await
+    }
+
+    async fn record_access(&self, tenant: &str, hits: &[(Tier, Uuid, i32)], now: DateTime<Utc>) -> StoreResult<()> {
+        self.bump_access(tenant, hits, now).await
     }
 }

@@ -4,6 +4,7 @@
 
 mod memories;
 mod rows;
+mod search;
 
 use std::time::{Duration, Instant};
 
@@ -13,7 +14,9 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
 use super::StoreError;
-use crate::config::DatabaseConfig;
+use sqlx::AssertSqlSafe;
+
+use crate::config::{DatabaseConfig, SearchConfig};
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
@@ -32,10 +35,24 @@ pub struct PgStore {
 
 /// Connects a pool (the server starts even if Postgres is momentarily down;
 /// requests then get 503 until it answers).
-pub fn connect_lazy(config: &DatabaseConfig) -> anyhow::Result<PgPool> {
+/// Every connection searches HNSW indexes with the configured `ef_search`
+/// and iterative scans, so filters applied after the graph walk (tenant,
+/// agent, expiry) still return a full top-k.
+pub fn connect_lazy(config: &DatabaseConfig, search: &SearchConfig) -> anyhow::Result<PgPool> {
+    let setup = format!(
+        "SET hnsw.ef_search = {}; SET hnsw.iterative_scan = relaxed_order; SET hnsw.max_scan_tuples = {}",
+        search.ef_search, search.max_scan_tuples
+    );
     PgPoolOptions::new()
         .max_connections(config.max_connections)
         .acquire_timeout(Duration::from_millis(config.acquire_timeout_ms))
+        .after_connect(move |conn, _meta| {
+            let setup = setup.clone();
+            Box::pin(async move {
+                sqlx::raw_sql(AssertSqlSafe(setup)).execute(conn).await?;
+                Ok(())
+            })
+        })
         .connect_lazy(&config.url)
         .context("parsing database.url")
 }
@@ -91,9 +108,22 @@ impl PgStore {
                     .await?;
             }
         }
+        tx.commit().await?;
+        // One short transaction per index, and nothing at all when it exists:
+        // CREATE INDEX locks its table against writes, and holding two such
+        // locks at once could deadlock with a write batch touching both tables.
         let literal = model.replace('\'', "''");
         for table in ["episodic_memory", "semantic_memory", "procedural_memory"] {
             let name = index_name(table, model);
+            let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE indexname = $1)")
+                .bind(&name)
+                .fetch_one(&self.pool)
+                .await?;
+            if exists {
+                continue;
+            }
+            let mut tx = self.pool.begin().await?;
+            sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(LOCK_MODELS).execute(&mut *tx).await?;
             let sql = format!(
                 "CREATE INDEX IF NOT EXISTS {name} ON {table} USING hnsw ((embedding::vector({dimensions})) vector_cosine_ops) \
                  WITH (m = 16, ef_construction = 200) WHERE embedding_model = '{literal}'"
@@ -102,8 +132,8 @@ impl PgStore {
                 .execute(&mut *tx)
                 .await
                 .with_context(|| format!("creating {name}"))?;
+            tx.commit().await?;
         }
-        tx.commit().await?;
         Ok(())
     }
 }

@@ -1,0 +1,251 @@
+//! `/v1/memories/search` and `/v1/context`.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::State;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+use super::extract::{Tenant, ValidJson, from_value};
+use crate::app::AppState;
+use crate::domain::Tier;
+use crate::domain::context::{Allocation, PackedItem};
+use crate::domain::scoring::Weights;
+use crate::domain::tokens::Encoding;
+use crate::domain::validate::{self, FieldError};
+use crate::error::{ApiError, ErrorBody};
+use crate::recall::{ContextParams, ContextUsage, ScoredMemory, SearchParams, Timings};
+
+pub const DEFAULT_TOP_K: usize = 20;
+pub const MAX_TOP_K: usize = 200;
+pub const DEFAULT_OUTPUT_RESERVE: i64 = 4096;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchFilter {
+    /// `metadata.KEY` must equal this JSON value.
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Map<String, Value>>,
+    /// Only memories that occurred at or after this time.
+    pub since: Option<DateTime<Utc>>,
+    /// Only memories that occurred before this time.
+    pub until: Option<DateTime<Utc>>,
+}
+
+/// Search one agent's memories.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchRequest {
+    pub agent_id: String,
+    /// Only this user's memories.
+    pub user_id: Option<String>,
+    /// The session whose working memory is searched too.
+    pub session_id: Option<String>,
+    pub query: String,
+    /// 1 to 200, default 20.
+    pub top_k: Option<usize>,
+    /// Default: all four.
+    pub tiers: Option<Vec<Tier>>,
+    /// Overrides the agent's (or the default) scoring weights.
+    pub weights: Option<Weights>,
+    pub filter: Option<SearchFilter>,
+    /// Drop candidates whose relevance is below this (0 to 1).
+    pub min_relevance: Option<f64>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SearchResponse {
+    /// Best first.
+    pub results: Vec<ScoredMemory>,
+    pub timings: Timings,
+}
+
+/// Assemble a token-budgeted context for a prompt.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ContextRequest {
+    pub agent_id: String,
+    pub user_id: Option<String>,
+    pub session_id: Option<String>,
+    pub query: String,
+    /// The model's context window.
+    pub max_context_tokens: i64,
+    /// Counted with the tokenizer; or give `system_prompt_tokens`.
+    pub system_prompt: Option<String>,
+    pub system_prompt_tokens: Option<i64>,
+    /// Kept free for the answer; default 4096.
+    pub output_reserve_tokens: Option<i64>,
+    /// Budget shares per tier; default working 0.40, semantic 0.25, episodic 0.20, procedural 0.15.
+    pub allocation: Option<Allocation>,
+    /// `cl100k_base` (default) or `o200k_base`.
+    pub tokenizer: Option<Encoding>,
+    pub weights: Option<Weights>,
+    pub tiers: Option<Vec<Tier>>,
+    pub filter: Option<SearchFilter>,
+    pub min_relevance: Option<f64>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ContextResponse {
+    /// The rendered block: one line per memory, `[tier] text`; working memory first (oldest first), then by score.
+    pub context: String,
+    /// What went in, per tier.
+    pub sections: BTreeMap<Tier, Vec<PackedItem>>,
+    pub usage: ContextUsage,
+    pub timings: Timings,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn search_params(
+    agent_id: String,
+    user_id: Option<String>,
+    session_id: Option<String>,
+    query: String,
+    top_k: usize,
+    tiers: Option<Vec<Tier>>,
+    weights: Option<Weights>,
+    filter: Option<SearchFilter>,
+    min_relevance: Option<f64>,
+) -> Result<SearchParams, FieldError> {
+    validate::identifier("/agent_id", &agent_id)?;
+    if let Some(u) = &user_id {
+        validate::identifier("/user_id", u)?;
+    }
+    if let Some(s) = &session_id {
+        validate::identifier("/session_id", s)?;
+    }
+    validate::content("/query", &query)?;
+    if let Some(w) = &weights {
+        w.check("/weights")?;
+    }
+    let min_relevance =
+        min_relevance.map(|m| validate::unit_interval("/min_relevance", m).map(f64::from)).transpose()?;
+    let filter = filter.unwrap_or(SearchFilter { metadata: None, since: None, until: None });
+    Ok(SearchParams {
+        agent_id,
+        user_id,
+        session_id,
+        query,
+        top_k,
+        tiers: tiers.unwrap_or_default(),
+        weights,
+        metadata: filter.metadata.unwrap_or_default().into_iter().collect(),
+        since: filter.since,
+        until: filter.until,
+        min_relevance,
+    })
+}
+
+/// Search memories across tiers, scored and explained.
+///
+/// Candidates come from the vector and full-text legs over episodic, semantic
+/// and procedural memory, and from the session's working memory. Each result
+/// carries its score and the five raw components, each in [0, 1]:
+/// relevance = 0.6·cosine + 0.4·(ts_rank / best ts_rank of this query) when
+/// both legs ran (one leg alone otherwise; working memory: the share of query
+/// words it contains); recency = 0.5^(age_days / 7) from occurred_at;
+/// importance as stored; frequency = min(1, ln(1 + access_count) / ln 50);
+/// tier_bonus = 0.3 working, 0.2 procedural, 0 otherwise.
+/// score = Σ weight·component, default weights relevance 0.35, recency 0.20,
+/// importance 0.20, frequency 0.10, tier_bonus 0.15. Superseded facts and
+/// expired memories are never returned; duplicates across tiers (same text,
+/// or cosine ≥ 0.95) collapse to the best scored.
+#[utoipa::path(
+    post, path = "/v1/memories/search", tag = "recall",
+    request_body = SearchRequest,
+    responses((status = 200, body = SearchResponse), (status = 400, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 503, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn search_memories(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    body: ValidJson<Value>,
+) -> Result<Json<SearchResponse>, ApiError> {
+    let r: SearchRequest = from_value(body.value)?;
+    let top_k = r.top_k.unwrap_or(DEFAULT_TOP_K);
+    if !(1..=MAX_TOP_K).contains(&top_k) {
+        return Err(ApiError::field("/top_k", format!("must be from 1 to {MAX_TOP_K}")));
+    }
+    let params = search_params(
+        r.agent_id,
+        r.user_id,
+        r.session_id,
+        r.query,
+        top_k,
+        r.tiers,
+        r.weights,
+        r.filter,
+        r.min_relevance,
+    )?;
+    let outcome = state.service.search(&tenant, &params).await?;
+    Ok(Json(SearchResponse { results: outcome.results, timings: outcome.timings }))
+}
+
+/// Build a context block that fits a token budget.
+///
+/// budget = max_context_tokens − system prompt tokens − query tokens −
+/// output_reserve_tokens, counted with a real BPE tokenizer. Each tier gets
+/// its share; memories are packed best score first; one that does not fit
+/// what is left of its share is shortened to its sentences that best match
+/// the query (or cut) when at least 16 tokens remain; shares left unused are
+/// pooled and offered to the memories still waiting, by score. A negative
+/// budget is 422; a budget too small for anything is an empty context.
+#[utoipa::path(
+    post, path = "/v1/context", tag = "recall",
+    request_body = ContextRequest,
+    responses((status = 200, body = ContextResponse), (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn build_context(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    body: ValidJson<Value>,
+) -> Result<Json<ContextResponse>, ApiError> {
+    let r: ContextRequest = from_value(body.value)?;
+    if r.max_context_tokens <= 0 {
+        return Err(ApiError::field("/max_context_tokens", "must be a positive number of tokens"));
+    }
+    if r.system_prompt.is_some() && r.system_prompt_tokens.is_some() {
+        return Err(ApiError::field("/system_prompt_tokens", "give system_prompt or system_prompt_tokens, not both"));
+    }
+    if r.system_prompt_tokens.is_some_and(|n| n < 0) {
+        return Err(ApiError::field("/system_prompt_tokens", "must not be negative"));
+    }
+    let output_reserve_tokens = r.output_reserve_tokens.unwrap_or(DEFAULT_OUTPUT_RESERVE);
+    if output_reserve_tokens < 0 {
+        return Err(ApiError::field("/output_reserve_tokens", "must not be negative"));
+    }
+    let allocation = r.allocation.unwrap_or_default();
+    allocation.check("/allocation")?;
+    let search = search_params(
+        r.agent_id,
+        r.user_id,
+        r.session_id,
+        r.query,
+        MAX_TOP_K,
+        r.tiers,
+        r.weights,
+        r.filter,
+        r.min_relevance,
+    )?;
+    let params = ContextParams {
+        search,
+        max_context_tokens: r.max_context_tokens,
+        system_prompt: r.system_prompt,
+        system_prompt_tokens: r.system_prompt_tokens,
+        output_reserve_tokens,
+        allocation,
+        encoding: r.tokenizer.unwrap_or_default(),
+    };
+    let outcome = state.service.context(&tenant, &params).await?;
+    Ok(Json(ContextResponse {
+        context: outcome.context,
+        sections: outcome.sections,
+        usage: outcome.usage,
+        timings: outcome.timings,
+    }))
+}

@@ -1,0 +1,352 @@
+//! Recall: multi-tier search with priority scoring, and token-budgeted
+//! context assembly on top of it.
+//!
+//! A search embeds the query, then runs concurrently the store's vector and
+//! full-text legs over the persistent tiers and a read of the session's
+//! working memory. Each candidate gets the five score components
+//! (`domain::scoring`); candidates are deduplicated across tiers (same
+//! normalised text, then cosine ≥ `search.dedup_cosine`; the better scored
+//! stays) and the best `top_k` returned. Access counts are updated off the
+//! response path, in batches.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::domain::content::normalize;
+use crate::domain::context::{self, Allocation, Candidate, PackedItem, Tokenizer};
+use crate::domain::scoring::{self, Components, Weights};
+use crate::domain::tokens::{Bpe, Encoding};
+use crate::domain::validate::FieldError;
+use crate::domain::{Memory, Tier};
+use crate::service::{MemoryService, ServiceError, ServiceResult};
+use crate::store::{Embedding, SearchQuery};
+
+/// A validated search.
+#[derive(Debug, Clone)]
+pub struct SearchParams {
+    pub agent_id: String,
+    pub user_id: Option<String>,
+    pub session_id: Option<String>,
+    pub query: String,
+    pub top_k: usize,
+    /// Empty means all four.
+    pub tiers: Vec<Tier>,
+    pub weights: Option<Weights>,
+    pub metadata: Vec<(String, Value)>,
+    pub since: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
+    pub min_relevance: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ScoredMemory {
+    pub memory: Memory,
+    pub score: f64,
+    pub components: Components,
+}
+
+/// Where a search spent its time, in milliseconds.
+#[derive(Debug, Clone, Default, Serialize, ToSchema)]
+pub struct Timings {
+    pub embedding_ms: f64,
+    pub vector_ms: f64,
+    pub text_ms: f64,
+    pub working_ms: f64,
+    pub scoring_ms: f64,
+    pub total_ms: f64,
+}
+
+pub struct SearchOutcome {
+    pub results: Vec<ScoredMemory>,
+    pub timings: Timings,
+}
+
+/// A validated context request.
+#[derive(Debug, Clone)]
+pub struct ContextParams {
+    pub search: SearchParams,
+    pub max_context_tokens: i64,
+    pub system_prompt: Option<String>,
+    pub system_prompt_tokens: Option<i64>,
+    pub output_reserve_tokens: i64,
+    pub allocation: Allocation,
+    pub encoding: Encoding,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ContextUsage {
+    /// The budget: max_context_tokens − system prompt − query − output reserve.
+    pub tokens_available: usize,
+    /// Tokens of the rendered context block; never above tokens_available.
+    pub tokens_used: usize,
+    /// Tokens per tier.
+    pub per_tier: BTreeMap<Tier, usize>,
+    /// Candidates left out.
+    pub dropped: usize,
+    /// Memories shortened to fit.
+    pub shortened: usize,
+    pub dropped_ids: Vec<Uuid>,
+}
+
+pub struct ContextOutcome {
+    pub context: String,
+    pub sections: BTreeMap<Tier, Vec<PackedItem>>,
+    pub usage: ContextUsage,
+    pub timings: Timings,
+}
+
+/// Accesses of one search: the tenant and the (tier, id) of each memory returned.
+pub type AccessBatch = (String, Vec<(Tier, Uuid)>);
+
+/// Batches access counts to the store, off the request path.
+#[derive(Clone)]
+pub struct AccessRecorder {
+    tx: mpsc::Sender<AccessBatch>,
+}
+
+impl AccessRecorder {
+    pub fn new(capacity: usize) -> (AccessRecorder, mpsc::Receiver<AccessBatch>) {
+        let (tx, rx) = mpsc::channel(capacity);
+        (AccessRecorder { tx }, rx)
+    }
+
+    /// Never waits: when the queue is full, these accesses go uncounted.
+    pub fn record(&self, tenant: &str, hits: Vec<(Tier, Uuid)>) {
+        if !hits.is_empty() && self.tx.try_send((tenant.to_string(), hits)).is_err() {
+            metrics::counter!("engram_access_updates_dropped_total").increment(1);
+        }
+    }
+}
+
+/// Share of the query's words (three letters or more) found in the text:
+/// the relevance of working memory, which has no stored vector.
+pub fn word_overlap(query: &str, text: &str) -> f64 {
+    let words = |s: &str| -> HashSet<String> {
+        s.split(|c: char| !c.is_alphanumeric()).filter(|w| w.chars().count() >= 3).map(str::to_lowercase).collect()
+    };
+    let q = words(query);
+    if q.is_empty() {
+        return 0.0;
+    }
+    let t = words(text);
+    q.intersection(&t).count() as f64 / q.len() as f64
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum()
+}
+
+struct Scored {
+    memory: Memory,
+    components: Components,
+    score: f64,
+    vector: Option<Vec<f32>>,
+}
+
+impl MemoryService {
+    fn weights_for(&self, params: &SearchParams) -> Weights {
+        params.weights.or_else(|| self.agent_weights.get(&params.agent_id).copied()).unwrap_or_default()
+    }
+
+    /// Every candidate, scored, best first, deduplicated; not yet cut to top_k.
+    async fn recall(&self, tenant: &str, p: &SearchParams, per_leg: usize) -> ServiceResult<(Vec<Scored>, Timings)> {
+        let started = Instant::now();
+        let now = self.clock.now();
+        let wants = |t: Tier| p.tiers.is_empty() || p.tiers.contains(&t);
+        let mut timings = Timings::default();
+
+        let t0 = Instant::now();
+        let vector = match &self.embedder {
+            Some(e) => {
+                let v = e.embed(std::slice::from_ref(&p.query)).await?.pop();
+                v.map(|vector| Embedding { model: e.model_id().to_string(), vector })
+            }
+            None => None,
+        };
+        timings.embedding_ms = t0.elapsed().as_secs_f64() * 1e3;
+
+        let query = SearchQuery {
+            agent_id: p.agent_id.clone(),
+            user_id: p.user_id.clone(),
+            tiers: [Tier::Episodic, Tier::Semantic, Tier::Procedural].into_iter().filter(|t| wants(*t)).collect(),
+            text: p.query.clone(),
+            vector,
+            metadata: p.metadata.clone(),
+            since: p.since,
+            until: p.until,
+            per_leg,
+        };
+        let persistent = self.store.search(tenant, &query, now);
+        let working = async {
+            let t = Instant::now();
+            let entries = match (&p.session_id, wants(Tier::Working)) {
+                (Some(session), true) => Some(self.working.session(tenant, &p.agent_id, session).await),
+                _ => None,
+            };
+            (entries, t.elapsed().as_secs_f64() * 1e3)
+        };
+        let (persistent, (working, working_ms)) = tokio::join!(persistent, working);
+        let legs = persistent?;
+        timings.vector_ms = legs.vector_ms;
+        timings.text_ms = legs.text_ms;
+        timings.working_ms = working_ms;
+        let working = match working {
+            Some(Ok(entries)) => entries,
+            Some(Err(e)) if p.tiers == [Tier::Working] => return Err(e.into()),
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "searching without working memory: Redis unavailable");
+                Vec::new()
+            }
+            None => Vec::new(),
+        };
+
+        let t = Instant::now();
+        let weights = self.weights_for(p);
+        let best_rank = legs.hits.iter().filter_map(|h| h.text_rank).fold(0.0f64, f64::max);
+        let mut scored: Vec<Scored> = Vec::with_capacity(legs.hits.len() + working.len());
+        let mut push = |memory: Memory, relevance: f64, vector: Option<Vec<f32>>| {
+            let components = Components {
+                relevance,
+                recency: scoring::recency(memory.occurred_at, now),
+                importance: f64::from(memory.importance),
+                frequency: scoring::frequency(memory.access_count),
+                tier_bonus: scoring::tier_bonus(memory.tier),
+            };
+            let score = components.score(&weights);
+            scored.push(Scored { memory, components, score, vector });
+        };
+        for h in legs.hits {
+            let text = h.text_rank.map(|r| if best_rank > 0.0 { r / best_rank } else { 0.0 });
+            let relevance = scoring::fuse(h.similarity, text, legs.vector_leg, legs.text_leg);
+            push(h.memory, relevance, h.vector);
+        }
+        for m in working {
+            let in_window = p.since.is_none_or(|s| m.occurred_at >= s) && p.until.is_none_or(|u| m.occurred_at < u);
+            let meta_ok = p.metadata.iter().all(|(k, v)| m.metadata.get(k) == Some(v));
+            let user_ok = p.user_id.as_ref().is_none_or(|u| m.user_id.as_ref() == Some(u));
+            if in_window && meta_ok && user_ok && !m.is_expired(now) {
+                let relevance = word_overlap(&p.query, &m.content);
+                push(m, relevance, None);
+            }
+        }
+        if let Some(min) = p.min_relevance {
+            scored.retain(|s| s.components.relevance >= min);
+        }
+        scored.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.memory.id.cmp(&b.memory.id)));
+        let scored = self.dedup(scored);
+        timings.scoring_ms = t.elapsed().as_secs_f64() * 1e3;
+        timings.total_ms = started.elapsed().as_secs_f64() * 1e3;
+        Ok((scored, timings))
+    }
+
+    /// Keeps the first (best scored) of each group of duplicates: the same
+    /// normalised text, or vectors at least `dedup_cosine` alike.
+    fn dedup(&self, scored: Vec<Scored>) -> Vec<Scored> {
+        let mut seen_text: HashSet<String> = HashSet::new();
+        let mut kept: Vec<Scored> = Vec::with_capacity(scored.len());
+        for s in scored {
+            if !seen_text.insert(normalize(&s.memory.content)) {
+                continue;
+            }
+            let near = s.vector.as_ref().is_some_and(|v| {
+                kept.iter().any(|k| k.vector.as_ref().is_some_and(|kv| cosine(v, kv) >= self.dedup_cosine))
+            });
+            if !near {
+                kept.push(s);
+            }
+        }
+        kept
+    }
+
+    fn record_access(&self, tenant: &str, memories: &[&Memory]) {
+        if let Some(recorder) = &self.access {
+            let hits = memories.iter().filter(|m| m.tier != Tier::Working).map(|m| (m.tier, m.id)).collect();
+            recorder.record(tenant, hits);
+        }
+    }
+
+    pub async fn search(&self, tenant: &str, p: &SearchParams) -> ServiceResult<SearchOutcome> {
+        let per_leg = (p.top_k * 2).clamp(40, 400);
+        let (mut scored, timings) = self.recall(tenant, p, per_leg).await?;
+        scored.truncate(p.top_k);
+        self.record_access(tenant, &scored.iter().map(|s| &s.memory).collect::<Vec<_>>());
+        let results = scored
+            .into_iter()
+            .map(|s| ScoredMemory { memory: s.memory, score: s.score, components: s.components })
+            .collect();
+        Ok(SearchOutcome { results, timings })
+    }
+
+    pub async fn context(&self, tenant: &str, p: &ContextParams) -> ServiceResult<ContextOutcome> {
+        let bpe = Bpe::new(p.encoding);
+        let system = match (&p.system_prompt, p.system_prompt_tokens) {
+            (Some(text), _) => bpe.count(text) as i64,
+            (None, Some(n)) => n,
+            (None, None) => 0,
+        };
+        let query_tokens = bpe.count(&p.search.query) as i64;
+        let budget = p.max_context_tokens - system - query_tokens - p.output_reserve_tokens;
+        if budget < 0 {
+            return Err(ServiceError::Invalid(FieldError::new(
+                "/max_context_tokens",
+                format!(
+                    "max_context_tokens ({}) is smaller than system prompt ({system}) + query ({query_tokens}) + \
+                     output_reserve_tokens ({}) tokens",
+                    p.max_context_tokens, p.output_reserve_tokens
+                ),
+            )));
+        }
+        let budget = budget as usize;
+        let (scored, timings) = self.recall(tenant, &p.search, self.context_candidates).await?;
+        let candidates: Vec<Candidate> = scored
+            .iter()
+            .map(|s| Candidate {
+                id: s.memory.id,
+                tier: s.memory.tier,
+                content: s.memory.content.clone(),
+                score: s.score,
+                created_at: s.memory.created_at,
+            })
+            .collect();
+        let packed = context::pack(&candidates, &p.search.query, budget, &p.allocation, &bpe as &dyn Tokenizer);
+        let included: HashSet<Uuid> = packed.items.iter().map(|i| i.id).collect();
+        self.record_access(
+            tenant,
+            &scored.iter().map(|s| &s.memory).filter(|m| included.contains(&m.id)).collect::<Vec<_>>(),
+        );
+        let mut sections: BTreeMap<Tier, Vec<PackedItem>> = Tier::ALL.iter().map(|t| (*t, Vec::new())).collect();
+        for item in &packed.items {
+            sections.entry(item.tier).or_default().push(item.clone());
+        }
+        let usage = ContextUsage {
+            tokens_available: budget,
+            tokens_used: packed.tokens_used,
+            per_tier: Tier::ALL.iter().map(|t| (*t, packed.per_tier().get(t).copied().unwrap_or(0))).collect(),
+            dropped: packed.dropped_ids.len(),
+            shortened: packed.items.iter().filter(|i| i.shortened).count(),
+            dropped_ids: packed.dropped_ids.clone(),
+        };
+        Ok(ContextOutcome { context: packed.rendered, sections, usage, timings })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlap_is_the_share_of_query_words_found() {
+        // Query words ≥ 3 letters: {flight, lisbon, delayed}; the text has flight and lisbon → 2/3.
+        assert!(
+            (word_overlap("Is my flight to Lisbon delayed?", "Booked the flight to Lisbon") - 2.0 / 3.0).abs() < 1e-9
+        );
+        assert_eq!(word_overlap("a an", "anything"), 0.0);
+    }
+}

@@ -1,0 +1,251 @@
+//! Search and context on real Postgres and Redis, with many agents in one store.
+
+use std::time::Duration;
+
+use chrono::Duration as Days;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::helpers::{TestApp, expect_error, spawn_app, spawn_app_with};
+
+async fn search(app: &TestApp, body: Value) -> Vec<Value> {
+    let r = app.post("/v1/memories/search", &body).await;
+    let status = r.status();
+    let json: Value = r.json().await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{json}");
+    json["results"].as_array().unwrap().clone()
+}
+
+fn contents(results: &[Value]) -> Vec<String> {
+    results.iter().map(|r| r["memory"]["content"].as_str().unwrap().to_string()).collect()
+}
+
+/// Agent `a` plus five noisy neighbours in the same tenant and table.
+async fn seed(app: &TestApp) {
+    let mut memories = Vec::new();
+    for i in 0..30 {
+        memories.push(json!({"agent_id": "a", "tier": "episodic", "content": format!("Note {i}: talked about the garden and tomatoes")}));
+    }
+    for agent in ["n1", "n2", "n3", "n4", "n5"] {
+        for i in 0..40 {
+            memories.push(json!({"agent_id": agent, "tier": "episodic", "content": format!("{agent} flight booking to Lisbon number {i}")}));
+        }
+    }
+    for chunk in memories.chunks(100) {
+        app.write(json!({"memories": chunk})).await;
+    }
+}
+
+#[tokio::test]
+async fn top_k_is_full_and_scoped_to_the_agent_among_many() {
+    let app = spawn_app().await;
+    seed(&app).await;
+    app.write_one(json!({"agent_id": "a", "tier": "semantic", "content": "The user's flight to Lisbon leaves at 9"}))
+        .await;
+    let results = search(&app, json!({"agent_id": "a", "query": "flight to Lisbon", "top_k": 20})).await;
+    assert_eq!(results.len(), 20, "the agent has 31 memories, so top 20 are returned");
+    assert_eq!(results[0]["memory"]["content"], "The user's flight to Lisbon leaves at 9");
+    assert!(results.iter().all(|r| r["memory"]["agent_id"] == "a"));
+    // Scores are the weighted sums of their components, best first.
+    for r in &results {
+        let c = &r["components"];
+        let parts = ["relevance", "recency", "importance", "frequency", "tier_bonus"].map(|k| c[k].as_f64().unwrap());
+        assert!(parts.iter().all(|p| (0.0..=1.0).contains(p)), "{c}");
+        let expected = 0.35 * parts[0] + 0.20 * parts[1] + 0.20 * parts[2] + 0.10 * parts[3] + 0.15 * parts[4];
+        assert!((r["score"].as_f64().unwrap() - expected).abs() < 1e-9);
+    }
+    assert!(results.windows(2).all(|w| w[0]["score"].as_f64() >= w[1]["score"].as_f64()));
+    let all = search(&app, json!({"agent_id": "a", "query": "garden", "top_k": 200})).await;
+    assert_eq!(all.len(), 31);
+}
+
+#[tokio::test]
+async fn superseded_deleted_and_expired_memories_are_never_returned() {
+    let app = spawn_app().await;
+    let fact = |c: &str| json!({"agent_id": "a", "content": c, "subject": "user", "predicate": "home city", "confidence": 0.8});
+    app.write_one(fact("The user lives in Porto")).await;
+    app.write_one(fact("The user lives in Lisbon")).await;
+    let deleted = app
+        .write_one(json!({"agent_id": "a", "tier": "episodic", "content": "The user lives in Faro, said once"}))
+        .await;
+    app.delete(&format!("/v1/memories/{}", deleted["id"].as_str().unwrap())).await;
+    app.write_one(json!({"agent_id": "a", "tier": "episodic", "content": "The user lives in Braga for now", "retention": "transient"})).await;
+    app.clock.advance(Days::minutes(90));
+    let found =
+        contents(&search(&app, json!({"agent_id": "a", "query": "where does the user live", "top_k": 50})).await);
+    assert_eq!(found, ["The user lives in Lisbon"]);
+}
+
+#[tokio::test]
+async fn another_tenants_memories_never_appear() {
+    let key = |k: &str| hex::encode(Sha256::digest(k.as_bytes()));
+    let s = uuid::Uuid::new_v4().simple().to_string();
+    let server = spawn_app_with(|c| {
+        c.auth.keys = vec![
+            engram::config::ApiKeyConfig { tenant: format!("a{s}"), key_sha256: key("ka") },
+            engram::config::ApiKeyConfig { tenant: format!("b{s}"), key_sha256: key("kb") },
+        ];
+    })
+    .await;
+    let (a, b) = (server.as_key("ka"), server.as_key("kb"));
+    b.write_one(json!({"agent_id": "bot", "tier": "episodic", "content": "Secret plan of tenant B about Lisbon"}))
+        .await;
+    b.write_one(json!({"agent_id": "bot", "session_id": "s", "tier": "working", "content": "B scratch about Lisbon"}))
+        .await;
+    a.write_one(json!({"agent_id": "bot", "tier": "episodic", "content": "Tenant A trip to Lisbon"})).await;
+    let found =
+        contents(&search(&a, json!({"agent_id": "bot", "session_id": "s", "query": "Lisbon plan", "top_k": 50})).await);
+    assert_eq!(found, ["Tenant A trip to Lisbon"]);
+    let r = a
+        .post(
+            "/v1/context",
+            &json!({"agent_id": "bot", "session_id": "s", "query": "Lisbon plan", "max_context_tokens": 8000}),
+        )
+        .await;
+    let ctx: Value = r.json().await.unwrap();
+    assert_eq!(ctx["context"], "[episodic] Tenant A trip to Lisbon\n");
+}
+
+#[tokio::test]
+async fn duplicates_across_tiers_collapse_to_the_best_scored() {
+    let app = spawn_app().await;
+    app.write(json!({"memories": [
+        {"agent_id": "a", "tier": "episodic", "content": "The user is vegetarian."},
+        {"agent_id": "a", "tier": "semantic", "content": "the user is vegetarian"},
+        {"agent_id": "a", "session_id": "s", "tier": "working", "content": "The user is  vegetarian"},
+        {"agent_id": "a", "tier": "episodic", "content": "The user ordered a salad"}
+    ]}))
+    .await;
+    let results = search(&app, json!({"agent_id": "a", "session_id": "s", "query": "is the user vegetarian"})).await;
+    assert_eq!(results.len(), 2, "{results:?}");
+    // The working copy has the tier bonus (0.3 × 0.15) and wins.
+    assert_eq!(results[0]["memory"]["tier"], "working");
+}
+
+#[tokio::test]
+async fn weights_from_the_request_or_the_agent_reorder_results() {
+    let app = spawn_app_with(|c| {
+        c.agents.insert(
+            "recent-bot".into(),
+            engram::config::AgentConfig {
+                weights: Some(engram::domain::scoring::Weights {
+                    relevance: 0.0,
+                    recency: 1.0,
+                    importance: 0.0,
+                    frequency: 0.0,
+                    tier_bonus: 0.0,
+                }),
+            },
+        );
+    })
+    .await;
+    for agent in ["a", "recent-bot"] {
+        app.write_one(json!({"agent_id": agent, "tier": "episodic", "content": "Dinner at the ramen place was great",
+                             "occurred_at": "2020-01-01T00:00:00Z"}))
+            .await;
+        app.write_one(json!({"agent_id": agent, "tier": "episodic", "content": "Went hiking"})).await;
+    }
+    let default = contents(&search(&app, json!({"agent_id": "a", "query": "ramen dinner"})).await);
+    assert_eq!(default[0], "Dinner at the ramen place was great");
+    let recency = json!({"relevance": 0, "recency": 1, "importance": 0, "frequency": 0, "tier_bonus": 0});
+    let by_recency =
+        contents(&search(&app, json!({"agent_id": "a", "query": "ramen dinner", "weights": recency})).await);
+    assert_eq!(by_recency[0], "Went hiking");
+    let per_agent = contents(&search(&app, json!({"agent_id": "recent-bot", "query": "ramen dinner"})).await);
+    assert_eq!(per_agent[0], "Went hiking");
+    let r = app.post("/v1/memories/search", &json!({"agent_id": "a", "query": "x", "weights": {"relevance": -1, "recency": 0, "importance": 0, "frequency": 0, "tier_bonus": 0}})).await;
+    let err = expect_error(r, StatusCode::UNPROCESSABLE_ENTITY, "invalid_field").await;
+    assert_eq!(err["error"]["field"], "/weights/relevance");
+}
+
+#[tokio::test]
+async fn searches_count_accesses_off_the_response_path() {
+    let app = spawn_app().await;
+    let m =
+        app.write_one(json!({"agent_id": "a", "tier": "semantic", "content": "The wifi password is hunter2"})).await;
+    search(&app, json!({"agent_id": "a", "query": "wifi password"})).await;
+    search(&app, json!({"agent_id": "a", "query": "wifi password"})).await;
+    let path = format!("/v1/memories/{}", m["id"].as_str().unwrap());
+    for _ in 0..40 {
+        let (_, got) = app.get_json(&path).await;
+        if got["access_count"] == 2 {
+            assert!(got["last_accessed_at"].is_string());
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("access_count never reached 2");
+}
+
+#[tokio::test]
+async fn context_fits_the_budget_and_puts_the_session_first() {
+    let app = spawn_app().await;
+    app.write(json!({"memories": [
+        {"agent_id": "a", "session_id": "s", "tier": "working", "content": "User: can you find me a flight to Lisbon?"},
+        {"agent_id": "a", "session_id": "s", "tier": "working", "content": "Assistant: for which dates?"},
+        {"agent_id": "a", "tier": "semantic", "content": "The user prefers aisle seats"},
+        {"agent_id": "a", "tier": "episodic", "content": "Last year the user flew to Lisbon with TAP and liked it"},
+        {"agent_id": "a", "skill_name": "book_flight", "content": "Search flights, filter by price, confirm with the user"}
+    ]}))
+    .await;
+    let r = app
+        .post(
+            "/v1/context",
+            &json!({"agent_id": "a", "session_id": "s", "query": "book a flight to Lisbon",
+                                      "max_context_tokens": 6000, "system_prompt": "You are a travel agent."}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let ctx: Value = r.json().await.unwrap();
+    let text = ctx["context"].as_str().unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 5, "{text}");
+    assert_eq!(lines[0], "[working] User: can you find me a flight to Lisbon?");
+    assert_eq!(lines[1], "[working] Assistant: for which dates?");
+    let usage = &ctx["usage"];
+    // 6000 − 6 ("You are a travel agent.") − 5 ("book a flight to Lisbon") − 4096 = 1893, in cl100k_base tokens.
+    assert_eq!(usage["tokens_available"], 1893);
+    assert!(usage["tokens_used"].as_u64().unwrap() <= 1893);
+    assert_eq!(usage["dropped"], 0);
+    assert_eq!(ctx["sections"]["working"].as_array().unwrap().len(), 2);
+
+    // A budget too small for anything: 200, empty.
+    let r = app.post("/v1/context", &json!({"agent_id": "a", "query": "flight", "max_context_tokens": 4100})).await;
+    let tiny: Value = r.json().await.unwrap();
+    assert_eq!(tiny["usage"]["tokens_available"], 3);
+    assert_eq!(tiny["context"], "");
+    assert_eq!(tiny["usage"]["tokens_used"], 0);
+    assert!(tiny["usage"]["dropped"].as_u64().unwrap() >= 3);
+
+    // A negative budget: 422 naming the fields.
+    let r = app.post("/v1/context", &json!({"agent_id": "a", "query": "flight", "max_context_tokens": 1000})).await;
+    let err = expect_error(r, StatusCode::UNPROCESSABLE_ENTITY, "invalid_field").await;
+    assert_eq!(err["error"]["field"], "/max_context_tokens");
+    assert!(err["error"]["message"].as_str().unwrap().contains("output_reserve_tokens"));
+}
+
+#[tokio::test]
+async fn a_long_memory_is_shortened_rather_than_dropped() {
+    let app = spawn_app().await;
+    let long = format!(
+        "{} The user is allergic to peanuts. {}",
+        "We talked about the weather for a long time and nothing else happened. ".repeat(20),
+        "Then we said goodbye and that was the end of it. ".repeat(20)
+    );
+    app.write_one(json!({"agent_id": "a", "tier": "episodic", "content": long})).await;
+    // Budget 100: episodic share is 20 tokens, but all of the 100 is pooled in the second pass.
+    let r = app
+        .post(
+            "/v1/context",
+            &json!({"agent_id": "a", "query": "is the user allergic to peanuts", "max_context_tokens": 4210,
+                                      "output_reserve_tokens": 4096}),
+        )
+        .await;
+    let ctx: Value = r.json().await.unwrap();
+    let item = &ctx["sections"]["episodic"][0];
+    assert_eq!(item["shortened"], true, "{ctx}");
+    assert!(item["text"].as_str().unwrap().contains("allergic to peanuts"), "{item}");
+    assert_eq!(ctx["usage"]["shortened"], 1);
+    assert!(ctx["usage"]["tokens_used"].as_u64() <= ctx["usage"]["tokens_available"].as_u64());
+}
