@@ -31,19 +31,25 @@ BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/engram
 
 PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 RUN=$(python3 -c 'import uuid; print(uuid.uuid4().hex[:12])')
-WORK=$(mktemp -d)
+LOG=$(mktemp)
+# A tenant and a Redis prefix of its own per run; vectors from the lexical-hash embedder.
+SERVER_ENV=(
+  -u ENGRAM_API_KEYS -u ENGRAM_CONFIG
+  DATABASE_URL="postgres://engram@127.0.0.1:$PG_PORT/$DB_NAME"
+  REDIS_URL="$ENGRAM_TEST_REDIS_URL"
+  ENGRAM_LISTEN="127.0.0.1:$PORT"
+  ENGRAM_AUTH__DEFAULT_TENANT="bench-$RUN"
+  ENGRAM_REDIS__KEY_PREFIX="engram-bench-$RUN"
+  ENGRAM_EMBEDDING__PROVIDER=lexical-hash
+  RUST_LOG=warn
+)
 
-# The same settings as the variables below, also as a file: the config loader
-# currently ignores nested ENGRAM_* variables, and a run without vectors or on the
-# shared tenant would measure something else. Harmless once that is fixed.
-cat >"$WORK/engram.toml" <<EOF
-[auth]
-default_tenant = "bench-$RUN"
-[redis]
-key_prefix = "engram-bench-$RUN"
-[embedding]
-provider = "lexical-hash"
-EOF
+# A run without vectors would measure something else: make sure the settings took.
+if ! env "${SERVER_ENV[@]}" "$BIN" config | grep -qx 'provider = "lexical-hash"'; then
+  echo "bench: engram does not pick up ENGRAM_EMBEDDING__PROVIDER; its effective configuration:" >&2
+  env "${SERVER_ENV[@]}" "$BIN" config >&2
+  exit 1
+fi
 
 SERVER_PID=
 # shellcheck disable=SC2317 # called by the EXIT trap
@@ -52,26 +58,17 @@ stop_server() {
     kill -TERM "$SERVER_PID"
     wait "$SERVER_PID" || true
   fi
-  rm -rf "$WORK"
+  rm -f "$LOG"
 }
 trap stop_server EXIT
 
 echo "bench: starting engram serve on 127.0.0.1:$PORT (run $RUN)" >&2
-env -u ENGRAM_API_KEYS \
-  DATABASE_URL="postgres://engram@127.0.0.1:$PG_PORT/$DB_NAME" \
-  REDIS_URL="$ENGRAM_TEST_REDIS_URL" \
-  ENGRAM_CONFIG="$WORK/engram.toml" \
-  ENGRAM_LISTEN="127.0.0.1:$PORT" \
-  ENGRAM_AUTH__DEFAULT_TENANT="bench-$RUN" \
-  ENGRAM_REDIS__KEY_PREFIX="engram-bench-$RUN" \
-  ENGRAM_EMBEDDING__PROVIDER=lexical-hash \
-  RUST_LOG=warn \
-  "$BIN" serve >"$WORK/server.log" 2>&1 &
+env "${SERVER_ENV[@]}" "$BIN" serve >"$LOG" 2>&1 &
 SERVER_PID=$!
 
 for ((i = 0; i < 300; i++)); do
   if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-    cat "$WORK/server.log" >&2
+    cat "$LOG" >&2
     echo "bench: engram serve exited before it was ready" >&2
     exit 1
   fi
@@ -81,7 +78,7 @@ for ((i = 0; i < 300; i++)); do
   sleep 0.1
 done
 curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null || {
-  cat "$WORK/server.log" >&2
+  cat "$LOG" >&2
   echo "bench: engram serve was not ready in 30 s" >&2
   exit 1
 }
@@ -90,8 +87,8 @@ rc=0
 cargo bench --bench write -- --url "http://127.0.0.1:$PORT" "$@" || rc=$?
 
 # Anything the server logged at warn or above during the run (startup notices included).
-if [[ -s $WORK/server.log ]]; then
+if [[ -s $LOG ]]; then
   echo "bench: server log:" >&2
-  tail -n 40 "$WORK/server.log" >&2
+  tail -n 40 "$LOG" >&2
 fi
 exit "$rc"

@@ -290,10 +290,12 @@ impl Config {
         }
         // Only keys that name a section are configuration; other ENGRAM_*
         // variables (ENGRAM_CONFIG, ENGRAM_API_KEYS, test settings) are not.
-        let sectioned = Env::prefixed("ENGRAM_").split("__").filter(|k| {
-            let k = k.as_str().to_ascii_lowercase();
-            SECTIONS.iter().any(|s| k.starts_with(&format!("{s}__")))
-        });
+        let sectioned = Env::prefixed("ENGRAM_")
+            .filter(|k| {
+                let k = k.as_str().to_ascii_lowercase();
+                SECTIONS.iter().any(|s| k.starts_with(&format!("{s}__")))
+            })
+            .split("__");
         figment = figment
             .merge(sectioned)
             .merge(Env::raw().only(&["DATABASE_URL"]).map(|_| "database.url".into()))
@@ -464,6 +466,30 @@ mod tests {
         let mut c = Config::default();
         c.log.format = "xml".into();
         assert!(c.validate().unwrap_err().to_string().contains("log.format"));
+    }
+
+    #[test]
+    fn environment_variables_override_the_defaults() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("ENGRAM_AUTH__DEFAULT_TENANT", "acme");
+            jail.set_env("ENGRAM_REDIS__KEY_PREFIX", "app1");
+            jail.set_env("ENGRAM_EMBEDDING__PROVIDER", "lexical-hash");
+            jail.set_env("ENGRAM_TEST_SOMETHING_ELSE", "ignored");
+            jail.set_env("DATABASE_URL", "postgres://u:p@h/db");
+            jail.set_env("ENGRAM_LISTEN", "0.0.0.0:9000");
+            jail.set_env("ENGRAM_API_KEYS", "acme:k1");
+            let c = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(c.auth.default_tenant, "acme");
+            assert_eq!(c.redis.key_prefix, "app1");
+            assert_eq!(c.embedding.provider, EmbeddingProvider::LexicalHash);
+            assert_eq!(c.database.url, "postgres://u:p@h/db");
+            assert_eq!(c.server.listen, "0.0.0.0:9000");
+            assert_eq!(c.auth.keys.len(), 1);
+            jail.set_env("ENGRAM_SERVER__BODY_LIMIT_BYTES", "lots");
+            let err = Config::load(None).unwrap_err().to_string();
+            assert!(err.to_lowercase().contains("server.body_limit_bytes"), "{err}");
+            Ok(())
+        });
     }
 
     #[test]
