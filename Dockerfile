@@ -9,6 +9,8 @@ WORKDIR /src
 # 1. Dependencies only, so this layer is cached until Cargo.toml/Cargo.lock
 #    change. The crate has both a lib and a bin: stub both.
 COPY Cargo.toml Cargo.lock ./
+# Cargo.toml names the benchmark programs; their sources must exist to build anything.
+COPY benches ./benches
 RUN mkdir -p src \
  && echo 'fn main() {}' > src/main.rs \
  && : > src/lib.rs \
@@ -42,7 +44,8 @@ RUN apt-get update \
 COPY --from=builder /usr/local/bin/engram /usr/local/bin/engram
 COPY config/default.toml /etc/engram/default.toml
 
-ENV ENGRAM_LISTEN=0.0.0.0:8080
+ENV ENGRAM_LISTEN=0.0.0.0:8080 \
+    ENGRAM_CONFIG=/etc/engram/default.toml
 EXPOSE 8080
 USER 10001:10001
 

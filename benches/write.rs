@@ -12,8 +12,9 @@
 //! Classes:
 //!   working   tier working, one session per writer (Redis only)
 //!   episodic  tier episodic, sentence-length content (Postgres commit)
-//!   semantic  facts with unique content and a subject/predicate, so the
-//!             dedup lookup and the supersede update run on every write
+//!   semantic  new facts with unique content: the dedup lookup, then an insert
+//!   supersede facts about a subject/predicate the agent already has a value
+//!             for: each write also retires the previous value (an UPDATE)
 //!
 //! Every run uses its own agent ids, so runs neither deduplicate against nor
 //! supersede each other's memories.
@@ -42,8 +43,8 @@ struct Args {
     /// Concurrencies to run, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = [1, 8, 32])]
     concurrency: Vec<usize>,
-    /// Classes to run, comma-separated: working, episodic, semantic.
-    #[arg(long, value_delimiter = ',', default_values_t = [Class::Working, Class::Episodic, Class::Semantic])]
+    /// Classes to run, comma-separated: working, episodic, semantic, supersede.
+    #[arg(long, value_delimiter = ',', default_values_t = [Class::Working, Class::Episodic, Class::Semantic, Class::Supersede])]
     class: Vec<Class>,
     /// Unmeasured requests per class before its runs (connections, caches).
     #[arg(long, default_value_t = 200)]
@@ -58,6 +59,7 @@ enum Class {
     Working,
     Episodic,
     Semantic,
+    Supersede,
 }
 
 impl std::fmt::Display for Class {
@@ -66,6 +68,7 @@ impl std::fmt::Display for Class {
             Class::Working => "working",
             Class::Episodic => "episodic",
             Class::Semantic => "semantic",
+            Class::Supersede => "supersede",
         })
     }
 }
@@ -106,7 +109,11 @@ fn body(class: Class, agent: &str, session: &str, w: usize, i: usize) -> Value {
     match class {
         Class::Working => json!({"agent_id": agent, "tier": "working", "session_id": session, "content": sentence}),
         Class::Episodic => json!({"agent_id": agent, "tier": "episodic", "session_id": session, "content": sentence}),
-        Class::Semantic => {
+        Class::Semantic => json!({
+            "agent_id": agent, "tier": "semantic",
+            "content": format!("{} {} (fact {i} of writer {w}).", pick(WHO, 0), pick(DID, 1)),
+        }),
+        Class::Supersede => {
             let predicate = pick(PREDICATES, 3);
             json!({
                 "agent_id": agent, "tier": "semantic", "subject": "user", "predicate": predicate,

@@ -27,6 +27,9 @@ if [[ "$(psql_engram -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname =
 fi
 
 cargo build --release --bin engram
+# The load generator too, before the server starts: no compiler shares the cores with
+# the run. The load average printed around the run says whether anything else did.
+cargo bench --bench write --no-run
 BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/engram
 
 PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -83,8 +86,10 @@ curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null || {
   exit 1
 }
 
+echo "bench: load average before the run: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 rc=0
 cargo bench --bench write -- --url "http://127.0.0.1:$PORT" "$@" || rc=$?
+echo "bench: load average after the run: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
 # Anything the server logged at warn or above during the run (startup notices included).
 if [[ -s $LOG ]]; then

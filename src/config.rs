@@ -1,7 +1,7 @@
 //! One typed configuration tree, layered: built-in defaults, then an optional
 //! TOML file (`--config` / `ENGRAM_CONFIG`), then `ENGRAM_*` environment
 //! variables (`__` separates levels: `ENGRAM_REDIS__KEY_PREFIX`), then the
-//! conventional `DATABASE_URL`, `REDIS_URL` and `ENGRAM_LISTEN`.
+//! conventional `DATABASE_URL`, `REDIS_URL`, `ENGRAM_LISTEN` and `ENGRAM_MODEL_DIR`.
 //!
 //! `config/default.toml` documents every key and equals the built-in defaults
 //! (a test keeps them in step). Loading fails fast with a message naming the
@@ -135,6 +135,8 @@ pub enum EmbeddingProvider {
     LexicalHash,
     /// Any OpenAI-compatible `/v1/embeddings` endpoint.
     Openai,
+    /// The bundled all-MiniLM-L6-v2 model, run in-process (`scripts/fetch-model.sh` fetches it).
+    Local,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -143,7 +145,25 @@ pub struct EmbeddingConfig {
     pub provider: EmbeddingProvider,
     /// Vector size of the lexical-hash provider.
     pub lexical_dimensions: usize,
+    /// Memories re-embedded per batch after a model change.
+    pub reembed_batch: usize,
+    /// Pause between re-embedding batches (rate limit).
+    pub reembed_pause_ms: u64,
     pub openai: OpenAiConfig,
+    pub local: LocalConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LocalConfig {
+    /// Directory with the model files (`ENGRAM_MODEL_DIR`); relative to the working directory.
+    pub model_dir: String,
+    /// Threads one forward pass may use; the embedder never uses more.
+    pub threads: usize,
+    /// How long the first request of a batch waits for others to join it.
+    pub batch_window_ms: u64,
+    /// Most texts gathered into one batch, and most sequences in one forward pass.
+    pub max_batch: usize,
 }
 
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
@@ -238,7 +258,20 @@ impl Default for AuthConfig {
 
 impl Default for EmbeddingConfig {
     fn default() -> Self {
-        Self { provider: EmbeddingProvider::None, lexical_dimensions: 384, openai: OpenAiConfig::default() }
+        Self {
+            reembed_batch: 64,
+            reembed_pause_ms: 100,
+            provider: EmbeddingProvider::None,
+            lexical_dimensions: 384,
+            openai: OpenAiConfig::default(),
+            local: LocalConfig::default(),
+        }
+    }
+}
+
+impl Default for LocalConfig {
+    fn default() -> Self {
+        Self { model_dir: "data/models/all-MiniLM-L6-v2".into(), threads: 1, batch_window_ms: 2, max_batch: 32 }
     }
 }
 
@@ -278,7 +311,7 @@ const SECTIONS: &[&str] =
     &["server", "database", "redis", "auth", "embedding", "idempotency", "search", "agents", "log"];
 
 impl Config {
-    /// Loads defaults < `file` < `ENGRAM_*` < `DATABASE_URL`/`REDIS_URL`/`ENGRAM_LISTEN`,
+    /// Loads defaults < `file` < `ENGRAM_*` < `DATABASE_URL`/`REDIS_URL`/`ENGRAM_LISTEN`/`ENGRAM_MODEL_DIR`,
     /// plus API keys from `ENGRAM_API_KEYS` (`tenant:key,tenant:key`).
     pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
         let mut figment = Figment::from(Serialized::defaults(Config::default()));
@@ -300,7 +333,8 @@ impl Config {
             .merge(sectioned)
             .merge(Env::raw().only(&["DATABASE_URL"]).map(|_| "database.url".into()))
             .merge(Env::raw().only(&["REDIS_URL"]).map(|_| "redis.url".into()))
-            .merge(Env::raw().only(&["ENGRAM_LISTEN"]).map(|_| "server.listen".into()));
+            .merge(Env::raw().only(&["ENGRAM_LISTEN"]).map(|_| "server.listen".into()))
+            .merge(Env::raw().only(&["ENGRAM_MODEL_DIR"]).map(|_| "embedding.local.model_dir".into()));
         let mut config: Config = figment.extract().map_err(|e| ConfigError(e.to_string()))?;
         if let Ok(keys) = std::env::var("ENGRAM_API_KEYS") {
             config.auth.keys.extend(parse_api_keys(&keys)?);
@@ -344,6 +378,9 @@ impl Config {
                 return bad(&format!("auth.keys[{i}].key_sha256"), "must be 64 hex digits");
             }
         }
+        if self.embedding.reembed_batch > 10_000 {
+            return bad("embedding.reembed_batch", "must be at most 10000");
+        }
         if self.embedding.lexical_dimensions < 16 {
             return bad("embedding.lexical_dimensions", "must be at least 16");
         }
@@ -361,6 +398,19 @@ impl Config {
         }
         if oa.batch_size == 0 {
             return bad("embedding.openai.batch_size", "must be greater than 0");
+        }
+        let local = &self.embedding.local;
+        if self.embedding.provider == EmbeddingProvider::Local && local.model_dir.is_empty() {
+            return bad("embedding.local.model_dir", "must not be empty");
+        }
+        if local.threads == 0 || local.threads > 256 {
+            return bad("embedding.local.threads", "must be between 1 and 256");
+        }
+        if local.batch_window_ms > 1000 {
+            return bad("embedding.local.batch_window_ms", "must be at most 1000");
+        }
+        if local.max_batch == 0 || local.max_batch > 1024 {
+            return bad("embedding.local.max_batch", "must be between 1 and 1024");
         }
         if self.search.ef_search == 0 || self.search.ef_search > 1000 {
             return bad("search.ef_search", "must be between 1 and 1000");
@@ -469,6 +519,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail decides the closure's error type
     fn environment_variables_override_the_defaults() {
         figment::Jail::expect_with(|jail| {
             jail.set_env("ENGRAM_AUTH__DEFAULT_TENANT", "acme");
@@ -490,6 +541,40 @@ mod tests {
             assert!(err.to_lowercase().contains("server.body_limit_bytes"), "{err}");
             Ok(())
         });
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment::Jail's closure returns figment::Error
+    fn engram_model_dir_sets_the_local_model_directory() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("ENGRAM_EMBEDDING__PROVIDER", "local");
+            jail.set_env("ENGRAM_EMBEDDING__LOCAL__THREADS", "2");
+            jail.set_env("ENGRAM_EMBEDDING__LOCAL__MODEL_DIR", "/from/sectioned");
+            jail.set_env("ENGRAM_MODEL_DIR", "/opt/models/minilm");
+            let c = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(c.embedding.provider, EmbeddingProvider::Local);
+            assert_eq!(c.embedding.local.threads, 2);
+            // Like ENGRAM_LISTEN, the short alias wins.
+            assert_eq!(c.embedding.local.model_dir, "/opt/models/minilm");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn local_embedding_settings_are_validated() {
+        let mut c = Config::default();
+        c.embedding.local.threads = 0;
+        assert!(c.validate().unwrap_err().to_string().contains("embedding.local.threads"));
+        let mut c = Config::default();
+        c.embedding.local.max_batch = 0;
+        assert!(c.validate().unwrap_err().to_string().contains("embedding.local.max_batch"));
+        let mut c = Config::default();
+        c.embedding.local.batch_window_ms = 5_000;
+        assert!(c.validate().unwrap_err().to_string().contains("embedding.local.batch_window_ms"));
+        let mut c = Config::default();
+        c.embedding.provider = EmbeddingProvider::Local;
+        c.embedding.local.model_dir = String::new();
+        assert!(c.validate().unwrap_err().to_string().contains("embedding.local.model_dir"));
     }
 
     #[test]

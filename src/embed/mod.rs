@@ -3,6 +3,7 @@
 //! ever compared.
 
 pub mod lexical;
+pub mod local;
 pub mod openai;
 
 use std::sync::Arc;
@@ -36,6 +37,7 @@ pub fn from_config(config: &EmbeddingConfig) -> anyhow::Result<Option<Arc<dyn Em
         EmbeddingProvider::None => None,
         EmbeddingProvider::LexicalHash => Some(Arc::new(lexical::LexicalHashEmbedder::new(config.lexical_dimensions))),
         EmbeddingProvider::Openai => Some(Arc::new(openai::OpenAiEmbedder::new(&config.openai)?)),
+        EmbeddingProvider::Local => Some(Arc::new(local::LocalEmbedder::new(&config.local)?)),
     })
 }
 

@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod maintenance;
+pub mod reembed;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -24,5 +25,15 @@ pub fn spawn_all(tracker: &TaskTracker, app: &mut App, shutdown: CancellationTok
         clock: app.state.service.clock.clone(),
         partitions_ahead_months: app.config.database.partitions_ahead_months,
     };
-    tracker.spawn(job.run(std::time::Duration::from_secs(6 * 3600), shutdown));
+    tracker.spawn(job.run(std::time::Duration::from_secs(6 * 3600), shutdown.clone()));
+    if let Some(embedder) = app.state.service.embedder.clone().filter(|_| app.config.embedding.reembed_batch > 0) {
+        let job = reembed::Reembed {
+            store: app.pg.clone(),
+            embedder,
+            clock: app.state.service.clock.clone(),
+            batch: app.config.embedding.reembed_batch,
+            pause: std::time::Duration::from_millis(app.config.embedding.reembed_pause_ms),
+        };
+        tracker.spawn(job.run(shutdown));
+    }
 }

@@ -64,6 +64,20 @@ pub fn test_config() -> Config {
     c
 }
 
+/// A new, empty database next to the test database, for tests that work on
+/// every row of a table (not only their tenant's). Returns its URL.
+pub async fn fresh_database() -> String {
+    let base = test_config().database.url;
+    let name = format!("engram_test_{}", Uuid::new_v4().simple());
+    let admin = sqlx::PgPool::connect(&base).await.expect("test database reachable");
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&admin).await.unwrap();
+    admin.close().await;
+    match base.rsplit_once('/') {
+        Some((server, _)) => format!("{server}/{name}"),
+        None => panic!("unexpected database URL {base}"),
+    }
+}
+
 pub async fn spawn_app() -> TestApp {
     spawn_app_with(|_| {}).await
 }

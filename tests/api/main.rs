@@ -7,6 +7,7 @@ mod helpers;
 mod memories;
 mod operations;
 mod recall;
+mod reembed;
 mod schema;
 mod tenancy;
 mod working;

@@ -3,6 +3,7 @@
 //! implementation itself is in `memories.rs`.
 
 mod memories;
+mod reembed;
 mod rows;
 mod search;
 

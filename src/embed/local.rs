@@ -1,0 +1,480 @@
+//! The bundled embedding model, sentence-transformers all-MiniLM-L6-v2 (384-d),
+//! run in-process on candle: no service, no network, no Python.
+//!
+//! The model is loaded from a directory that `scripts/fetch-model.sh` fills;
+//! the server never downloads. Every file is checked against its pinned
+//! sha256 at load, so a missing or corrupt model stops the server at start
+//! (with a message naming the script) instead of serving wrong vectors.
+//!
+//! Inference is CPU-bound and must not run on the async workers. One dedicated
+//! thread owns the model and is fed by a channel; it computes inside its own
+//! rayon pool of `embedding.local.threads` threads (candle parallelises its
+//! matrix products over the current rayon pool). candle also keeps a pool of
+//! its own for element-wise work, sized from the environment:
+//! [`pin_candle_threads`], called in `main` before the runtime starts, sizes it
+//! to the same count, so the embedder uses no more cores than configured.
+//! Requests that arrive within `batch_window_ms` of each other (up to
+//! `max_batch` texts) are embedded together and each caller gets its own
+//! vectors back.
+//!
+//! The recipe is sentence-transformers': WordPiece with the model's own
+//! tokenizer, padding to the longest sequence of a batch (the tokenizer file's
+//! fixed 128-token padding is switched off: it is slower and changes nothing
+//! but cost), mean pooling over the attention mask, then L2 normalisation.
+//!
+//! Long texts: the model sees at most 256 tokens. A longer text is not cut:
+//! its tokens are split into windows of 256 (254 plus `[CLS]` and `[SEP]`)
+//! that overlap by [`CHUNK_OVERLAP`] tokens, the last window ending at the
+//! text's end so every window is full, and the text's vector is the
+//! normalised mean of the windows' vectors. Every part of the text counts
+//! about equally; the cost grows linearly with length (content is capped at
+//! 32 KiB, at most some 150 windows, about 10 s on one thread for the worst
+//! case of one token per byte).
+
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use async_trait::async_trait;
+use candle_core::{D, DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::{BertModel, Config as BertConfig};
+use sha2::{Digest, Sha256};
+use tokenizers::Tokenizer;
+use tokio::sync::oneshot;
+
+use super::{EmbedError, Embedder, normalize};
+use crate::config::LocalConfig;
+
+pub const MODEL_ID: &str = "all-MiniLM-L6-v2";
+pub const DIMENSIONS: usize = 384;
+/// The model's sequence length (sentence-transformers' `max_seq_length`).
+pub const MAX_TOKENS: usize = 256;
+/// Most tokens (padded sequences × their length) in one forward pass. Larger
+/// passes gain nothing on a CPU (measured: the same CPU time per token from 512
+/// to 8192) but their attention matrices (batch × 12 × length² floats) grow:
+/// 32 windows of 256 tokens would allocate 100 MB per attention step.
+pub const MAX_BATCH_TOKENS: usize = 1024;
+/// Tokens shared by consecutive windows of a long text, so that no sentence is
+/// seen only cut in two.
+pub const CHUNK_OVERLAP: usize = 32;
+
+/// The files read at load, with the sha256 pinned in `scripts/fetch-model.sh`.
+const FILES: [(&str, &str); 3] = [
+    ("config.json", "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41"),
+    ("tokenizer.json", "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"),
+    ("model.safetensors", "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"),
+];
+
+const FETCH_HINT: &str = "run scripts/fetch-model.sh";
+
+/// The model itself: synchronous, for one thread at a time. [`LocalEmbedder`]
+/// is the async, batching front; benchmarks may use this directly.
+pub struct MiniLm {
+    bert: BertModel,
+    tokenizer: Tokenizer,
+    cls: u32,
+    sep: u32,
+    pad: u32,
+}
+
+impl MiniLm {
+    /// Loads and verifies the model in `dir`. Takes about half a second, most
+    /// of it hashing the 90 MB of weights.
+    pub fn load(dir: &Path) -> anyhow::Result<Self> {
+        let read = |name: &str, sha256: &str| -> anyhow::Result<Vec<u8>> {
+            let path = dir.join(name);
+            let bytes = std::fs::read(&path).with_context(|| {
+                format!(
+                    "the local embedding model is missing {} ({FETCH_HINT} {} to fetch it)",
+                    path.display(),
+                    dir.display()
+                )
+            })?;
+            let got = hex::encode(Sha256::digest(&bytes));
+            anyhow::ensure!(
+                got == sha256,
+                "the local embedding model file {} is corrupt or not all-MiniLM-L6-v2 (sha256 {got}, expected \
+                 {sha256}); {FETCH_HINT} {} to fetch it again",
+                path.display(),
+                dir.display()
+            );
+            Ok(bytes)
+        };
+        let [config, tokenizer, weights] = FILES.map(|(name, sha256)| read(name, sha256));
+        let config: BertConfig = serde_json::from_slice(&config?).context("parsing config.json")?;
+        let mut tokenizer = Tokenizer::from_bytes(tokenizer?).map_err(|e| anyhow::anyhow!("tokenizer.json: {e}"))?;
+        // Windows and padding are done here (see the module comment), not by the
+        // tokenizer file's fixed 128-token settings.
+        tokenizer.with_truncation(None).map_err(|e| anyhow::anyhow!("tokenizer.json: {e}"))?;
+        tokenizer.with_padding(None);
+        let id = |token: &str| tokenizer.token_to_id(token).with_context(|| format!("tokenizer.json has no {token}"));
+        let (cls, sep, pad) = (id("[CLS]")?, id("[SEP]")?, id("[PAD]")?);
+        let weights = weights?;
+        let vb = VarBuilder::from_slice_safetensors(&weights, DType::F32, &Device::Cpu)
+            .context("reading model.safetensors")?;
+        let bert = BertModel::load(vb, &config).context("loading the BERT weights")?;
+        anyhow::ensure!(config.hidden_size == DIMENSIONS, "config.json: hidden_size is not {DIMENSIONS}");
+        Ok(Self { bert, tokenizer, cls, sep, pad })
+    }
+
+    /// One unit vector per text, long texts as averaged windows. Sequences are
+    /// sorted by length and run at most `max_batch` (and [`MAX_BATCH_TOKENS`])
+    /// at a time, each forward pass padded to its longest sequence.
+    pub fn embed(&self, texts: &[&str], max_batch: usize) -> anyhow::Result<Vec<Vec<f32>>> {
+        self.embed_with(texts, max_batch, false)
+    }
+
+    /// sentence-transformers' own rule, for comparison only: a text longer
+    /// than 256 tokens is cut there and the rest ignored.
+    pub fn embed_truncated(&self, texts: &[&str], max_batch: usize) -> anyhow::Result<Vec<Vec<f32>>> {
+        self.embed_with(texts, max_batch, true)
+    }
+
+    fn embed_with(&self, texts: &[&str], max_batch: usize, truncate: bool) -> anyhow::Result<Vec<Vec<f32>>> {
+        // (text index, token ids with [CLS] and [SEP]) for every window of every text.
+        let mut seqs: Vec<(usize, Vec<u32>)> = Vec::with_capacity(texts.len());
+        for (i, text) in texts.iter().enumerate() {
+            let encoding = self.tokenizer.encode(*text, false).map_err(|e| anyhow::anyhow!("tokenizing: {e}"))?;
+            let ids = encoding.get_ids();
+            let windows = if truncate { vec![&ids[..ids.len().min(MAX_TOKENS - 2)]] } else { windows(ids) };
+            for window in windows {
+                let mut ids = Vec::with_capacity(window.len() + 2);
+                ids.push(self.cls);
+                ids.extend_from_slice(window);
+                ids.push(self.sep);
+                seqs.push((i, ids));
+            }
+        }
+        // Longest first: batches of similar lengths waste little on padding.
+        seqs.sort_by_key(|(_, ids)| std::cmp::Reverse(ids.len()));
+
+        let mut sums = vec![vec![0.0f32; DIMENSIONS]; texts.len()];
+        let mut windows_per_text = vec![0usize; texts.len()];
+        let mut rest = seqs.as_slice();
+        while !rest.is_empty() {
+            // Sorted longest first, so the first sequence sets the padded length. On a CPU
+            // the cost is about the padded token count, so a pass also ends where padding
+            // would waste more than a quarter of a sequence.
+            let longest = rest[0].1.len();
+            let fits = (MAX_BATCH_TOKENS / longest).clamp(1, max_batch.max(1)).min(rest.len());
+            let take = rest[..fits].iter().take_while(|(_, ids)| ids.len() * 4 >= longest * 3).count();
+            let (group, tail) = rest.split_at(take);
+            rest = tail;
+            let vectors = self.forward(group.iter().map(|(_, ids)| ids.as_slice()))?;
+            for ((text, _), v) in group.iter().zip(vectors) {
+                sums[*text].iter_mut().zip(&v).for_each(|(s, x)| *s += x);
+                windows_per_text[*text] += 1;
+            }
+        }
+        for (sum, n) in sums.iter_mut().zip(windows_per_text) {
+            // One window: already unit length, keep it bit for bit.
+            if n > 1 {
+                normalize(sum);
+            }
+        }
+        Ok(sums)
+    }
+
+    /// Mean-pooled, normalised vectors of up to `max_batch` token sequences.
+    fn forward<'a>(&self, seqs: impl ExactSizeIterator<Item = &'a [u32]> + Clone) -> anyhow::Result<Vec<Vec<f32>>> {
+        let n = seqs.len();
+        let len = seqs.clone().map(<[u32]>::len).max().unwrap_or(0);
+        let mut ids = Vec::with_capacity(n * len);
+        let mut mask = Vec::with_capacity(n * len);
+        for seq in seqs {
+            ids.extend_from_slice(seq);
+            ids.extend(std::iter::repeat_n(self.pad, len - seq.len()));
+            mask.extend(std::iter::repeat_n(1u32, seq.len()));
+            mask.extend(std::iter::repeat_n(0u32, len - seq.len()));
+        }
+        let device = Device::Cpu;
+        let ids = Tensor::from_vec(ids, (n, len), &device)?;
+        let mask = Tensor::from_vec(mask, (n, len), &device)?;
+        let type_ids = ids.zeros_like()?;
+        let hidden = self.bert.forward(&ids, &type_ids, Some(&mask))?; // (n, len, 384)
+        // Mean over the real tokens only: padding is masked out of the sum and the count.
+        let mask = mask.to_dtype(DType::F32)?.unsqueeze(2)?; // (n, len, 1)
+        let summed = hidden.broadcast_mul(&mask)?.sum(1)?; // (n, 384)
+        let counts = mask.sum(1)?; // (n, 1)
+        let mean = summed.broadcast_div(&counts)?;
+        let norms = mean.sqr()?.sum_keepdim(D::Minus1)?.sqrt()?;
+        Ok(mean.broadcast_div(&norms)?.to_vec2::<f32>()?)
+    }
+}
+
+/// The token windows a text is embedded as: the whole text when it fits,
+/// otherwise full windows overlapping by [`CHUNK_OVERLAP`], the last one ending
+/// at the text's end. An empty text is one empty window (`[CLS] [SEP]`).
+fn windows(ids: &[u32]) -> Vec<&[u32]> {
+    let size = MAX_TOKENS - 2;
+    if ids.len() <= size {
+        return vec![ids];
+    }
+    let stride = size - CHUNK_OVERLAP;
+    let mut out: Vec<&[u32]> = (0..ids.len() - size).step_by(stride).map(|start| &ids[start..start + size]).collect();
+    out.push(&ids[ids.len() - size..]);
+    out
+}
+
+/// Pins the threads candle starts on its own to `threads`.
+///
+/// Besides the rayon pool [`LocalEmbedder`] runs it in, candle 0.11 keeps a
+/// global pool of spinning threads for element-wise operations, sized once from
+/// `CANDLE_NUM_THREADS` (else `RAYON_NUM_THREADS`, else the number of physical
+/// cores), and splits each matrix product into `RAYON_NUM_THREADS` parts. Left
+/// alone on a 2-core machine, an embedder configured for 1 thread keeps a
+/// second core busy. This sets both variables unless the operator already did.
+///
+/// # Safety
+///
+/// It writes the process environment: call it while the process has a single
+/// thread, in `main` before the async runtime is built (see
+/// `std::env::set_var`).
+pub unsafe fn pin_candle_threads(threads: usize) {
+    for var in ["CANDLE_NUM_THREADS", "RAYON_NUM_THREADS"] {
+        if std::env::var_os(var).is_none() {
+            // SAFETY: the caller guarantees no other thread reads or writes the environment.
+            unsafe { std::env::set_var(var, threads.to_string()) };
+        }
+    }
+}
+
+/// Texts of one caller and where their vectors go.
+struct Job {
+    texts: Vec<String>,
+    reply: oneshot::Sender<Result<Vec<Vec<f32>>, EmbedError>>,
+}
+
+/// [`MiniLm`] behind a batching worker thread.
+pub struct LocalEmbedder {
+    /// To the worker thread. Dropping the embedder closes it, and the worker
+    /// exits once its current batch is done.
+    jobs: mpsc::Sender<Job>,
+}
+
+impl LocalEmbedder {
+    /// Loads the model (an error names `scripts/fetch-model.sh`) and starts the worker.
+    pub fn new(config: &LocalConfig) -> anyhow::Result<Self> {
+        anyhow::ensure!(config.threads > 0, "embedding.local.threads must be greater than 0");
+        anyhow::ensure!(config.max_batch > 0, "embedding.local.max_batch must be greater than 0");
+        let dir = PathBuf::from(&config.model_dir);
+        let model = MiniLm::load(&dir).with_context(|| {
+            format!("loading the local embedding model from {} (embedding.local.model_dir)", dir.display())
+        })?;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(config.threads)
+            .thread_name(|i| format!("engram-embed-{i}"))
+            .build()
+            .context("starting the embedding threads")?;
+        if std::env::var("CANDLE_NUM_THREADS").ok() != Some(config.threads.to_string()) {
+            tracing::warn!(
+                threads = config.threads,
+                "CANDLE_NUM_THREADS is not embedding.local.threads: candle sizes its element-wise thread pool \
+                 from it (else from the core count); set it, and RAYON_NUM_THREADS, to pin the embedder's threads"
+            );
+        }
+        let (jobs, rx) = mpsc::channel();
+        let window = Duration::from_millis(config.batch_window_ms);
+        let max_batch = config.max_batch;
+        std::thread::Builder::new()
+            .name("engram-embed".into())
+            .spawn(move || worker(&model, &pool, &rx, window, max_batch))
+            .context("starting the embedding worker")?;
+        Ok(Self { jobs })
+    }
+}
+
+/// Gathers jobs into batches and answers them, until the embedder is dropped.
+fn worker(model: &MiniLm, pool: &rayon::ThreadPool, rx: &mpsc::Receiver<Job>, window: Duration, max_batch: usize) {
+    while let Ok(first) = rx.recv() {
+        let mut count = first.texts.len();
+        let mut batch = vec![first];
+        let deadline = Instant::now() + window;
+        while count < max_batch {
+            match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(job) => {
+                    count += job.texts.len();
+                    batch.push(job);
+                }
+                Err(_) => break,
+            }
+        }
+        // A caller that gave up (timeout, cancelled request) is not worth the work.
+        batch.retain(|job| !job.reply.is_closed());
+        let texts: Vec<&str> = batch.iter().flat_map(|job| job.texts.iter().map(String::as_str)).collect();
+        if texts.is_empty() {
+            for job in batch {
+                let _ = job.reply.send(Ok(Vec::new()));
+            }
+            continue;
+        }
+        // A panic inside candle must cost this batch, not the worker.
+        let result = pool.install(|| std::panic::catch_unwind(AssertUnwindSafe(|| model.embed(&texts, max_batch))));
+        let mut vectors = match result {
+            Ok(Ok(vectors)) => vectors.into_iter(),
+            Ok(Err(e)) => {
+                tracing::error!(error = format!("{e:#}"), texts = texts.len(), "local embedding failed");
+                let message = format!("the local model failed: {e}");
+                for job in batch {
+                    let _ = job.reply.send(Err(EmbedError::BadResponse(message.clone())));
+                }
+                continue;
+            }
+            Err(_) => {
+                tracing::error!(texts = texts.len(), "local embedding panicked");
+                for job in batch {
+                    let _ = job.reply.send(Err(EmbedError::BadResponse("the local model panicked".into())));
+                }
+                continue;
+            }
+        };
+        for job in batch {
+            let mine: Vec<Vec<f32>> = vectors.by_ref().take(job.texts.len()).collect();
+            // The caller may have gone meanwhile; nothing to do then.
+            let _ = job.reply.send(Ok(mine));
+        }
+    }
+}
+
+#[async_trait]
+impl Embedder for LocalEmbedder {
+    fn model_id(&self) -> &str {
+        MODEL_ID
+    }
+
+    fn dimensions(&self) -> usize {
+        DIMENSIONS
+    }
+
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (reply, answer) = oneshot::channel();
+        let stopped = || EmbedError::Unavailable("the local embedding worker has stopped".into());
+        self.jobs.send(Job { texts: texts.to_vec(), reply }).map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model_dir() -> PathBuf {
+        let dir = std::env::var("ENGRAM_MODEL_DIR").unwrap_or_else(|_| LocalConfig::default().model_dir);
+        let dir = PathBuf::from(dir);
+        // Relative paths are the repository's, wherever cargo runs the test from.
+        let dir = if dir.is_relative() { Path::new(env!("CARGO_MANIFEST_DIR")).join(dir) } else { dir };
+        assert!(
+            dir.join("model.safetensors").is_file(),
+            "no local embedding model in {}: run scripts/fetch-model.sh {} (scripts/test.sh does it and sets \
+             ENGRAM_MODEL_DIR)",
+            dir.display(),
+            dir.display()
+        );
+        dir
+    }
+
+    fn embedder() -> LocalEmbedder {
+        let config = LocalConfig { model_dir: model_dir().to_string_lossy().into_owned(), ..LocalConfig::default() };
+        LocalEmbedder::new(&config).expect("the model loads")
+    }
+
+    fn cosine(a: &[f32], b: &[f32]) -> f32 {
+        a.iter().zip(b).map(|(x, y)| x * y).sum()
+    }
+
+    fn strings(texts: &[&str]) -> Vec<String> {
+        texts.iter().map(|t| t.to_string()).collect()
+    }
+
+    #[test]
+    fn long_texts_are_cut_into_full_overlapping_windows() {
+        let ids: Vec<u32> = (0..600).collect();
+        let w = windows(&ids);
+        assert_eq!(w.iter().map(|w| (w[0], w.len())).collect::<Vec<_>>(), [(0, 254), (222, 254), (346, 254)]);
+        assert_eq!(*w.last().unwrap().last().unwrap(), 599);
+        assert_eq!(windows(&ids[..254]).len(), 1);
+        assert_eq!(windows(&ids[..255]).len(), 2);
+        assert_eq!(windows(&[]), [&[] as &[u32]]);
+    }
+
+    #[tokio::test]
+    async fn paraphrases_score_the_reference_cosine() {
+        let e = embedder();
+        assert_eq!((e.model_id(), e.dimensions()), ("all-MiniLM-L6-v2", 384));
+        let v = e.embed(&strings(&["The user prefers dark mode", "User likes dark themes"])).await.unwrap();
+        assert_eq!(v[0].len(), 384);
+        assert!((cosine(&v[0], &v[0]) - 1.0).abs() < 1e-5);
+        // Checked against a NumPy forward pass of the same weights (shared/MODELS.md).
+        let c = cosine(&v[0], &v[1]);
+        assert!((c - 0.7012).abs() < 0.0005, "cosine {c}");
+    }
+
+    #[tokio::test]
+    async fn a_batch_gives_the_same_vectors_as_single_calls() {
+        let e = embedder();
+        let texts = strings(&[
+            "The user prefers dark mode",
+            "Flight to Lisbon booked for the 3rd of May, aisle seat.",
+            "ok",
+            "",
+            "The quarterly report is due on Friday; remind the team on Wednesday afternoon.",
+        ]);
+        let batch = e.embed(&texts).await.unwrap();
+        // Concurrent single calls are batched together by the worker, too.
+        let singles = futures::future::join_all(texts.iter().map(|t| e.embed(std::slice::from_ref(t)))).await;
+        for (i, (b, s)) in batch.iter().zip(singles).enumerate() {
+            let s = &s.unwrap()[0];
+            let diff = b.iter().zip(s).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+            assert!(diff < 1e-5, "text {i} differs by {diff}");
+        }
+        // And one at a time, with nothing to batch with.
+        let alone = &e.embed(&texts[1..2]).await.unwrap()[0];
+        let diff = batch[1].iter().zip(alone).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+        assert!(diff < 1e-5, "differs by {diff}");
+    }
+
+    #[tokio::test]
+    async fn text_longer_than_the_window_is_embedded_whole() {
+        let e = embedder();
+        let vitamin = "The patient was treated with a daily dose of vitamin D for twelve weeks. ";
+        let cat = "Afterwards the user adopted a small grey cat named Miso from the shelter. ";
+        // About 500 tokens on vitamin D, then 500 on the cat: four windows.
+        let long = format!("{}{}", vitamin.repeat(30), cat.repeat(30));
+        let v = e.embed(&strings(&[&long, vitamin, cat])).await.unwrap();
+        assert!((cosine(&v[0], &v[0]) - 1.0).abs() < 1e-5);
+        let (to_vitamin, to_cat) = (cosine(&v[0], &v[1]), cosine(&v[0], &v[2]));
+        eprintln!("long text: cosine {to_vitamin} to its first half, {to_cat} to its second half");
+        // Cut at 256 tokens the text would be about vitamin D only; the whole text is about both.
+        assert!(to_vitamin > 0.5 && to_cat > 0.5, "{to_vitamin} {to_cat}");
+        let cut = &e.embed(&strings(&[&vitamin.repeat(30)])).await.unwrap()[0];
+        assert!(cosine(cut, &v[2]) < to_cat - 0.2, "{} vs {to_cat}", cosine(cut, &v[2]));
+    }
+
+    #[test]
+    fn a_missing_model_names_the_fetch_script() {
+        let config = LocalConfig { model_dir: "/nonexistent/engram-model".into(), ..LocalConfig::default() };
+        let err = format!("{:#}", LocalEmbedder::new(&config).err().expect("no model there"));
+        assert!(err.contains("scripts/fetch-model.sh"), "{err}");
+        assert!(err.contains("embedding.local.model_dir"), "{err}");
+    }
+
+    #[test]
+    fn a_corrupt_model_names_the_fetch_script() {
+        let src = model_dir();
+        let dir = std::env::temp_dir().join(format!("engram-corrupt-model-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for name in ["config.json", "tokenizer.json"] {
+            std::fs::copy(src.join(name), dir.join(name)).unwrap();
+        }
+        std::fs::write(dir.join("model.safetensors"), b"not weights").unwrap();
+        let err = format!("{:#}", MiniLm::load(&dir).err().expect("corrupt weights"));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(err.contains("corrupt") && err.contains("scripts/fetch-model.sh"), "{err}");
+    }
+}
