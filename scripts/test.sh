@@ -11,18 +11,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # `start` is passed explicitly: a sourced file would otherwise see this script's arguments.
 . scripts/services.sh start
 
-# The local embedding model (src/embed/local.rs tests), fetched once into the same cache.
-if [[ -z "${ENGRAM_MODEL_DIR:-}" ]]; then
-  if [[ -n "${ENGRAM_CACHE_DIR:-}" ]]; then
-    cache=$ENGRAM_CACHE_DIR
-  elif [[ "$(id -u)" == 0 ]]; then
-    cache=/var/tmp/engram-cache
-  else
-    cache=$HOME/.cache/engram
-  fi
-  ENGRAM_MODEL_DIR=$cache/models/all-MiniLM-L6-v2
-fi
-export ENGRAM_MODEL_DIR
+# The local embedding model, fetched once into the services' cache (ENGRAM_CACHE_DIR,
+# exported by services.sh).
+export ENGRAM_MODEL_DIR=${ENGRAM_MODEL_DIR:-$ENGRAM_CACHE_DIR/models/all-MiniLM-L6-v2}
 scripts/fetch-model.sh "$ENGRAM_MODEL_DIR"
 
 exec cargo test --locked "$@"

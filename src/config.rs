@@ -41,13 +41,28 @@ pub struct SearchConfig {
     pub max_scan_tuples: u32,
     /// Two recalled memories at least this similar (cosine) are one; the better scored stays.
     pub dedup_cosine: f64,
+    /// Share of relevance from the vector leg (cosine) when both legs ran; the rest from full text.
+    pub vector_share: f64,
     /// Candidates the context builder considers before packing.
     pub context_candidates: usize,
+    /// A memory's retrievals within this many seconds of its last counted one
+    /// are not counted again (0 counts every retrieval).
+    pub access_interval_secs: u64,
 }
+
+/// A year: longer would stop counting accesses altogether.
+const MAX_ACCESS_INTERVAL_SECS: u64 = 365 * 24 * 3600;
 
 impl Default for SearchConfig {
     fn default() -> Self {
-        Self { ef_search: 100, max_scan_tuples: 20_000, dedup_cosine: 0.95, context_candidates: 200 }
+        Self {
+            ef_search: 100,
+            max_scan_tuples: 20_000,
+            dedup_cosine: 0.95,
+            vector_share: crate::domain::scoring::VECTOR_SHARE,
+            context_candidates: 200,
+            access_interval_secs: 3600,
+        }
     }
 }
 
@@ -261,7 +276,7 @@ impl Default for EmbeddingConfig {
         Self {
             reembed_batch: 64,
             reembed_pause_ms: 100,
-            provider: EmbeddingProvider::None,
+            provider: EmbeddingProvider::Local,
             lexical_dimensions: 384,
             openai: OpenAiConfig::default(),
             local: LocalConfig::default(),
@@ -418,8 +433,14 @@ impl Config {
         if !(0.0..=1.0).contains(&self.search.dedup_cosine) {
             return bad("search.dedup_cosine", "must be between 0 and 1");
         }
+        if !(0.0..=1.0).contains(&self.search.vector_share) {
+            return bad("search.vector_share", "must be between 0 and 1");
+        }
         if self.search.context_candidates == 0 || self.search.context_candidates > 1000 {
             return bad("search.context_candidates", "must be between 1 and 1000");
+        }
+        if self.search.access_interval_secs > MAX_ACCESS_INTERVAL_SECS {
+            return bad("search.access_interval_secs", "must be at most 31536000 (a year)");
         }
         for (agent, a) in &self.agents {
             if let Some(w) = &a.weights

@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
-use engram::config::Config;
+use engram::config::{Config, EmbeddingProvider};
 
 #[derive(Parser)]
 #[command(name = "engram", version, about = "A memory server for AI agents")]
@@ -50,6 +50,10 @@ fn main() -> std::process::ExitCode {
             eprintln!("engram: {e}");
             return std::process::ExitCode::from(2);
         }
+    }
+    if config.embedding.provider == EmbeddingProvider::Local {
+        // SAFETY: the process has one thread here; the runtime starts below.
+        unsafe { engram::embed::local::pin_candle_threads(config.embedding.local.threads) };
     }
     let result = match cli.command {
         Command::Openapi => {

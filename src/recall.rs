@@ -224,7 +224,7 @@ impl MemoryService {
         };
         for h in legs.hits {
             let text = h.text_rank.map(|r| if best_rank > 0.0 { r / best_rank } else { 0.0 });
-            let relevance = scoring::fuse(h.similarity, text, legs.vector_leg, legs.text_leg);
+            let relevance = scoring::fuse(h.similarity, text, legs.vector_leg, legs.text_leg, self.vector_share);
             push(h.memory, relevance, h.vector);
         }
         for m in working {

@@ -59,6 +59,8 @@ pub struct MemoryService {
     pub agent_weights: std::collections::BTreeMap<String, crate::domain::scoring::Weights>,
     /// Recalled memories at least this alike (cosine) count as one.
     pub dedup_cosine: f64,
+    /// Share of relevance from the vector leg when both legs ran.
+    pub vector_share: f64,
     /// Candidates scored before context packing.
     pub context_candidates: usize,
     /// Counts accesses off the request path; None counts nothing.

@@ -51,16 +51,41 @@ fn openapi_prints_the_committed_document() {
     assert_eq!(printed, committed);
 }
 
+fn model_dir() -> String {
+    std::env::var("ENGRAM_MODEL_DIR").expect("ENGRAM_MODEL_DIR is not set: run the tests with scripts/test.sh")
+}
+
+#[test]
+fn a_missing_model_stops_the_server_at_start_naming_the_fetch_script() {
+    let db = std::env::var("ENGRAM_TEST_DATABASE_URL")
+        .expect("ENGRAM_TEST_DATABASE_URL is not set: run the tests with scripts/test.sh");
+    let empty = std::env::temp_dir().join(format!("engram-no-model-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = engram()
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("DATABASE_URL", db)
+        .env("ENGRAM_MODEL_DIR", &empty)
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&empty).unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("scripts/fetch-model.sh") && stderr.contains(&*empty.to_string_lossy()), "{stderr}");
+}
+
 #[test]
 fn sigterm_drains_and_exits_cleanly() {
     let db = std::env::var("ENGRAM_TEST_DATABASE_URL")
         .expect("ENGRAM_TEST_DATABASE_URL is not set: run the tests with scripts/test.sh");
     let redis = std::env::var("ENGRAM_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    // The default embedder, the bundled model; no re-embedding of the shared test database.
     let mut child = engram()
         .arg("serve")
         .env("DATABASE_URL", db)
         .env("REDIS_URL", redis)
+        .env("ENGRAM_MODEL_DIR", model_dir())
+        .env("ENGRAM_EMBEDDING__REEMBED_BATCH", "0")
         .env("ENGRAM_LISTEN", format!("127.0.0.1:{port}"))
         .env("ENGRAM_AUTH__DEFAULT_TENANT", format!("cli-{}", uuid::Uuid::new_v4().simple()))
         .stdout(Stdio::null())

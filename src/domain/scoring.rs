@@ -21,8 +21,8 @@ use super::validate::FieldError;
 pub const HALF_LIFE_DAYS: f64 = 7.0;
 /// Access count at which frequency reaches 1.
 pub const FREQUENCY_SATURATION: f64 = 50.0;
-/// Share of relevance given to vector similarity when both legs ran; the rest
-/// goes to the full-text score.
+/// Default share of relevance given to vector similarity when both legs ran
+/// (`search.vector_share`); the rest goes to the full-text score.
 pub const VECTOR_SHARE: f64 = 0.6;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -109,16 +109,18 @@ pub fn tier_bonus(tier: Tier) -> f64 {
 /// - `text`: the full-text score divided by the best full-text score among
 ///   this query's candidates, so in [0, 1] with 1 for the best textual match.
 ///
-/// When both legs ran: 0.6·vector + 0.4·text (a candidate one leg did not
-/// return scores 0 on that leg). When only one ran (no embedder, or no
+/// When both legs ran: 0.6·vector + 0.4·text. Each leg also scores the
+/// other leg's candidates (the store computes the cosine of full-text hits
+/// and the text rank of vector hits), so a 0 here means a real miss: no query
+/// word in the text, or no vector of the query's model. When only one ran (no embedder, or no
 /// searchable words in the query), that leg alone. Scores are fused by value,
 /// not by rank: rank fusion throws away how much better the first hit is than
 /// the tenth, and measured worse than either leg alone on conversational recall.
-pub fn fuse(vector: Option<f64>, text: Option<f64>, vector_leg: bool, text_leg: bool) -> f64 {
+pub fn fuse(vector: Option<f64>, text: Option<f64>, vector_leg: bool, text_leg: bool, vector_share: f64) -> f64 {
     let v = vector.unwrap_or(0.0).clamp(0.0, 1.0);
     let t = text.unwrap_or(0.0).clamp(0.0, 1.0);
     match (vector_leg, text_leg) {
-        (true, true) => VECTOR_SHARE * v + (1.0 - VECTOR_SHARE) * t,
+        (true, true) => vector_share * v + (1.0 - vector_share) * t,
         (true, false) => v,
         (false, true) => t,
         (false, false) => 0.0,
@@ -167,11 +169,13 @@ mod tests {
     #[test]
     fn fusion_weighs_the_legs_that_ran() {
         // 0.6·0.9 + 0.4·0.5 = 0.54 + 0.20 = 0.74
-        assert!(close(fuse(Some(0.9), Some(0.5), true, true), 0.74));
-        // Found by the vector leg only: text counts 0 → 0.6·0.9 = 0.54.
-        assert!(close(fuse(Some(0.9), None, true, true), 0.54));
-        assert!(close(fuse(None, Some(0.5), false, true), 0.5));
-        assert!(close(fuse(Some(-0.2), None, true, false), 0.0));
+        assert!(close(fuse(Some(0.9), Some(0.5), true, true, VECTOR_SHARE), 0.74));
+        // No text score (no query word in it): text counts 0 → 0.6·0.9 = 0.54.
+        assert!(close(fuse(Some(0.9), None, true, true, VECTOR_SHARE), 0.54));
+        assert!(close(fuse(None, Some(0.5), false, true, VECTOR_SHARE), 0.5));
+        assert!(close(fuse(Some(-0.2), None, true, false, VECTOR_SHARE), 0.0));
+        // Another share: 0.5·0.9 + 0.5·0.5 = 0.70.
+        assert!(close(fuse(Some(0.9), Some(0.5), true, true, 0.5), 0.70));
     }
 
     #[test]

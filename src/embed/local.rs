@@ -27,9 +27,9 @@
 //! that overlap by [`CHUNK_OVERLAP`] tokens, the last window ending at the
 //! text's end so every window is full, and the text's vector is the
 //! normalised mean of the windows' vectors. Every part of the text counts
-//! about equally; the cost grows linearly with length (content is capped at
-//! 32 KiB, at most some 150 windows, about 10 s on one thread for the worst
-//! case of one token per byte).
+//! about equally; the cost grows linearly with length (about 0.1 s of one core
+//! per window; content is capped at 32 KiB, so at most some 150 windows, 15 s,
+//! in the worst case of one token per byte, during which the queue waits).
 
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};

@@ -145,9 +145,11 @@ fn search_params(
 /// and procedural memory, and from the session's working memory. Each result
 /// carries its score and the five raw components, each in [0, 1]:
 /// relevance = 0.6·cosine + 0.4·(ts_rank / best ts_rank of this query) when
-/// both legs ran (one leg alone otherwise; working memory: the share of query
+/// both legs ran, every candidate scored on both (one leg alone otherwise; working memory: the share of query
 /// words it contains); recency = 0.5^(age_days / 7) from occurred_at;
-/// importance as stored; frequency = min(1, ln(1 + access_count) / ln 50);
+/// importance as stored; frequency = min(1, ln(1 + access_count) / ln 50),
+/// where a memory's retrievals count at most once per
+/// search.access_interval_secs (an hour);
 /// tier_bonus = 0.3 working, 0.2 procedural, 0 otherwise.
 /// score = Σ weight·component, default weights relevance 0.35, recency 0.20,
 /// importance 0.20, frequency 0.10, tier_bonus 0.15. Superseded facts and

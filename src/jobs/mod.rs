@@ -17,6 +17,8 @@ pub fn spawn_all(tracker: &TaskTracker, app: &mut App, shutdown: CancellationTok
             store: app.state.service.store.clone(),
             clock: app.state.service.clock.clone(),
             rx,
+            // Validated at start: at most a year.
+            interval: chrono::Duration::seconds(app.config.search.access_interval_secs as i64),
         };
         tracker.spawn(flusher.run(std::time::Duration::from_millis(500), shutdown.clone()));
     }

@@ -216,8 +216,15 @@ pub trait MemoryStore: Send + Sync {
     /// concurrently: live memories only, valid facts only.
     async fn search(&self, tenant: &str, query: &SearchQuery, now: DateTime<Utc>) -> StoreResult<SearchHits>;
 
-    /// Counts accesses: `(tier, id, times)`; called off the request path.
-    async fn record_access(&self, tenant: &str, hits: &[(Tier, Uuid, i32)], now: DateTime<Utc>) -> StoreResult<()>;
+    /// Counts one access of each `(tier, id)` at `now`, unless its last counted
+    /// access is later than `counted_after`; called off the request path.
+    async fn record_access(
+        &self,
+        tenant: &str,
+        hits: &[(Tier, Uuid)],
+        now: DateTime<Utc>,
+        counted_after: DateTime<Utc>,
+    ) -> StoreResult<()>;
 }
 
 /// Working memory: per (tenant, agent, session) ordered entries with a TTL.

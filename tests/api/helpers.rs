@@ -64,6 +64,30 @@ pub fn test_config() -> Config {
     c
 }
 
+/// Drops a database made by `fresh_database`, with whatever is still connected.
+pub async fn drop_database(url: &str) {
+    let admin = sqlx::PgPool::connect(&test_config().database.url).await.unwrap();
+    let name = url.rsplit('/').next().unwrap().to_string();
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
+        .execute(&admin)
+        .await
+        .unwrap();
+}
+
+/// The bundled model's directory (scripts/test.sh fetches it and sets ENGRAM_MODEL_DIR).
+pub fn local_model_dir() -> String {
+    let dir = std::env::var("ENGRAM_MODEL_DIR")
+        .expect("ENGRAM_MODEL_DIR is not set: run the tests with scripts/test.sh, which fetches the model");
+    assert!(std::path::Path::new(&dir).join("model.safetensors").is_file(), "no model in {dir}");
+    dir
+}
+
+/// Configures the bundled all-MiniLM-L6-v2 embedder, the server's default.
+pub fn use_local_model(c: &mut Config) {
+    c.embedding.provider = EmbeddingProvider::Local;
+    c.embedding.local.model_dir = local_model_dir();
+}
+
 /// A new, empty database next to the test database, for tests that work on
 /// every row of a table (not only their tenant's). Returns its URL.
 pub async fn fresh_database() -> String {

@@ -3,11 +3,15 @@
 use std::time::Duration;
 
 use chrono::Duration as Days;
+use chrono::{DateTime, Utc};
+use engram::clock::Clock;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::helpers::{TestApp, expect_error, spawn_app, spawn_app_with};
+use crate::helpers::{
+    TestApp, drop_database, expect_error, fresh_database, spawn_app, spawn_app_with, use_local_model,
+};
 
 async fn search(app: &TestApp, body: Value) -> Vec<Value> {
     let r = app.post("/v1/memories/search", &body).await;
@@ -159,23 +163,59 @@ async fn weights_from_the_request_or_the_agent_reorder_results() {
     assert_eq!(err["error"]["field"], "/weights/relevance");
 }
 
-#[tokio::test]
-async fn searches_count_accesses_off_the_response_path() {
-    let app = spawn_app().await;
-    let m =
-        app.write_one(json!({"agent_id": "a", "tier": "semantic", "content": "The wifi password is hunter2"})).await;
-    search(&app, json!({"agent_id": "a", "query": "wifi password"})).await;
-    search(&app, json!({"agent_id": "a", "query": "wifi password"})).await;
-    let path = format!("/v1/memories/{}", m["id"].as_str().unwrap());
+/// Waits (the flusher runs every 500 ms) until the memory at `path` has
+/// `count` accesses; returns it.
+async fn wait_for_access_count(app: &TestApp, path: &str, count: i64) -> Value {
     for _ in 0..40 {
-        let (_, got) = app.get_json(&path).await;
-        if got["access_count"] == 2 {
-            assert!(got["last_accessed_at"].is_string());
-            return;
+        let (_, got) = app.get_json(path).await;
+        if got["access_count"] == count {
+            return got;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("access_count never reached 2");
+    panic!("access_count never reached {count}");
+}
+
+#[tokio::test]
+async fn searches_count_accesses_off_the_response_path_once_per_interval() {
+    let app = spawn_app().await;
+    assert_eq!(app.config.search.access_interval_secs, 3600);
+    // Whole seconds: the stored timestamp keeps microseconds only.
+    app.clock.set(DateTime::from_timestamp(Utc::now().timestamp(), 0).unwrap());
+    let m =
+        app.write_one(json!({"agent_id": "a", "tier": "semantic", "content": "The wifi password is hunter2"})).await;
+    let path = format!("/v1/memories/{}", m["id"].as_str().unwrap());
+    let started = app.clock.now();
+    search(&app, json!({"agent_id": "a", "query": "wifi password"})).await;
+    let got = wait_for_access_count(&app, &path, 1).await;
+    assert_eq!(got["last_accessed_at"].as_str().map(|s| s.parse::<DateTime<Utc>>().unwrap()), Some(started));
+
+    // Within the hour: retrieved again, not counted again.
+    app.clock.advance(chrono::Duration::minutes(59));
+    search(&app, json!({"agent_id": "a", "query": "wifi password"})).await;
+    search(&app, json!({"agent_id": "a", "query": "wifi password"})).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let (_, got) = app.get_json(&path).await;
+    assert_eq!(got["access_count"], 1);
+
+    // An hour after the counted one: a new occasion.
+    app.clock.advance(chrono::Duration::minutes(1));
+    search(&app, json!({"agent_id": "a", "query": "wifi password"})).await;
+    let got = wait_for_access_count(&app, &path, 2).await;
+    let expected = started + chrono::Duration::minutes(60);
+    assert_eq!(got["last_accessed_at"].as_str().map(|s| s.parse::<DateTime<Utc>>().unwrap()), Some(expected));
+}
+
+#[tokio::test]
+async fn with_no_access_interval_every_search_counts() {
+    let app = spawn_app_with(|c| c.search.access_interval_secs = 0).await;
+    let m =
+        app.write_one(json!({"agent_id": "a", "tier": "semantic", "content": "The wifi password is hunter2"})).await;
+    let path = format!("/v1/memories/{}", m["id"].as_str().unwrap());
+    search(&app, json!({"agent_id": "a", "query": "wifi password"})).await;
+    wait_for_access_count(&app, &path, 1).await;
+    search(&app, json!({"agent_id": "a", "query": "wifi password"})).await;
+    wait_for_access_count(&app, &path, 2).await;
 }
 
 #[tokio::test]
@@ -248,4 +288,69 @@ async fn a_long_memory_is_shortened_rather_than_dropped() {
     assert!(item["text"].as_str().unwrap().contains("allergic to peanuts"), "{item}");
     assert_eq!(ctx["usage"]["shortened"], 1);
     assert!(ctx["usage"]["tokens_used"].as_u64() <= ctx["usage"]["tokens_available"].as_u64());
+}
+
+#[tokio::test]
+async fn the_bundled_model_finds_memories_that_share_no_word_with_the_query() {
+    // A database of its own: the other tests' servers run another model, and
+    // a server re-embeds every row that is not of its model.
+    let db = fresh_database().await;
+    let app = spawn_app_with(|c| {
+        use_local_model(c);
+        c.database.url = db.clone();
+    })
+    .await;
+    for text in [
+        "Adopted a golden retriever puppy last weekend",
+        "The quarterly tax filing is due in April",
+        "Booked a table at the sushi restaurant for Friday",
+    ] {
+        let m = app.write_one(json!({"agent_id": "a", "tier": "episodic", "content": text})).await;
+        assert_eq!(m["embedding_model"], "all-MiniLM-L6-v2");
+    }
+    let results = search(&app, json!({"agent_id": "a", "query": "dog"})).await;
+    assert_eq!(contents(&results)[0], "Adopted a golden retriever puppy last weekend", "{results:#?}");
+    // No query word in any memory: the relevance is the cosine alone (its 0.6 share).
+    assert!(results.iter().all(|r| r["components"]["relevance"].as_f64().unwrap() <= 0.6));
+    drop(app);
+    drop_database(&db).await;
+}
+
+#[tokio::test]
+async fn each_leg_scores_the_other_legs_candidates_too() {
+    let app = spawn_app().await;
+    let tenant = app.config.auth.default_tenant.clone();
+    for text in ["red apples and green pears", "a basket of red apples", "pears ripen in the autumn sun"] {
+        app.write_one(json!({"agent_id": "a", "tier": "episodic", "content": text})).await;
+    }
+    let embedder = engram::embed::from_config(&app.config.embedding).unwrap().unwrap();
+    let text = "ripe pears".to_string();
+    let vector = embedder.embed(std::slice::from_ref(&text)).await.unwrap().pop().unwrap();
+    let mut query = engram::store::SearchQuery {
+        agent_id: "a".into(),
+        user_id: None,
+        tiers: vec![engram::domain::Tier::Episodic],
+        text,
+        vector: Some(engram::store::Embedding { model: embedder.model_id().into(), vector }),
+        metadata: vec![],
+        since: None,
+        until: None,
+        // One row per leg: whatever one leg alone found still carries both scores.
+        per_leg: 1,
+    };
+    let hits = engram::store::MemoryStore::search(&app.pg, &tenant, &query, app.clock.now()).await.unwrap();
+    assert!(!hits.hits.is_empty());
+    for h in &hits.hits {
+        assert!(h.similarity.is_some_and(|s| s > 0.0), "{}: no cosine", h.memory.content);
+        assert!(h.text_rank.is_some_and(|r| r > 0.0), "{}: no text rank", h.memory.content);
+        assert!(h.vector.is_some());
+    }
+    // Every row: "a basket of red apples" has no query word, so the vector
+    // leg found it, with a text rank of 0.
+    query.per_leg = 3;
+    let hits = engram::store::MemoryStore::search(&app.pg, &tenant, &query, app.clock.now()).await.unwrap();
+    assert_eq!(hits.hits.len(), 3);
+    let apples = hits.hits.iter().find(|h| h.memory.content == "a basket of red apples").unwrap();
+    assert_eq!(apples.text_rank, Some(0.0));
+    assert!(hits.hits.iter().filter(|h| h.memory.content.contains("pear")).all(|h| h.text_rank > Some(0.0)));
 }

@@ -8,7 +8,7 @@ use engram::jobs::reembed::Reembed;
 use engram::store::{MemoryStore, SearchQuery};
 use serde_json::json;
 
-use crate::helpers::{fresh_database, spawn_app_with};
+use crate::helpers::{drop_database, fresh_database, spawn_app_with, use_local_model};
 
 fn e5_config() -> OpenAiConfig {
     OpenAiConfig {
@@ -24,8 +24,9 @@ fn e5_config() -> OpenAiConfig {
 async fn a_model_change_reembeds_in_the_background_and_never_mixes_vector_spaces() {
     // Re-embedding works on whole tables, so this test has a database of its own.
     let db = fresh_database().await;
-    // The first server embeds with the lexical-hash model (384-d).
+    // The first server embeds with the bundled all-MiniLM-L6-v2 (384-d).
     let old = spawn_app_with(|c| {
+        use_local_model(c);
         c.database.url = db.clone();
         c.embedding.reembed_batch = 0;
     })
@@ -48,6 +49,8 @@ async fn a_model_change_reembeds_in_the_background_and_never_mixes_vector_spaces
     })
     .await;
     new.write_one(json!({"agent_id": "m", "tier": "episodic", "content": "The user's cat Miso likes tuna"})).await;
+    let minilm = engram::embed::from_config(&old.config.embedding).unwrap().unwrap();
+    assert_eq!(minilm.dimensions(), 384);
     let embedder = engram::embed::from_config(&new.config.embedding).unwrap().unwrap();
     let model = embedder.model_id().to_string();
     let vector = embedder.embed(&["what is the cat called".to_string()]).await.unwrap().pop().unwrap();
@@ -65,7 +68,7 @@ async fn a_model_change_reembeds_in_the_background_and_never_mixes_vector_spaces
     let now = chrono::Utc::now();
 
     // Before re-embedding: only the e5 memory is compared by vector; the
-    // lexical-hash ones are still found, by full text.
+    // MiniLM ones are still found, by full text, with no similarity.
     let hits = new.pg.search(&tenant, &query, now).await.unwrap();
     let by_vector: Vec<&str> =
         hits.hits.iter().filter(|h| h.similarity.is_some()).map(|h| h.memory.content.as_str()).collect();
@@ -109,10 +112,5 @@ async fn a_model_change_reembeds_in_the_background_and_never_mixes_vector_spaces
         .unwrap();
     assert!(best.memory.content.contains("Miso"), "{}", best.memory.content);
     drop((old, new));
-    let admin = sqlx::PgPool::connect(&crate::helpers::test_config().database.url).await.unwrap();
-    let name = db.rsplit('/').next().unwrap().to_string();
-    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
-        .execute(&admin)
-        .await
-        .unwrap();
+    drop_database(&db).await;
 }

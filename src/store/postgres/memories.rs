@@ -567,7 +567,13 @@ impl MemoryStore for PgStore {
         self.search_legs(tenant, query, now).await
     }
 
-    async fn record_access(&self, tenant: &str, hits: &[(Tier, Uuid, i32)], now: DateTime<Utc>) -> StoreResult<()> {
-        self.bump_access(tenant, hits, now).await
+    async fn record_access(
+        &self,
+        tenant: &str,
+        hits: &[(Tier, Uuid)],
+        now: DateTime<Utc>,
+        counted_after: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        self.bump_access(tenant, hits, now, counted_after).await
     }
 }

@@ -13,6 +13,13 @@ const COMMON: &str = "id, agent_id, user_id, session_id, content, importance, re
     occurred_at, created_at, updated_at, expires_at, access_count::bigint AS access_count, last_accessed_at, \
     embedding_model";
 
+/// The names of the columns every `*_columns()` projects, in their order.
+pub const NAMES: &str = "tier, id, agent_id, user_id, session_id, content, importance, retention, metadata, private, \
+    occurred_at, created_at, updated_at, expires_at, access_count, last_accessed_at, embedding_model, event_type, \
+    outcome, namespace, subject, predicate, object, confidence, valid_from, valid_until, supersedes, \
+    source_episode_id, skill_name, trigger_pattern, policy, tool_sequence, success_count, failure_count, \
+    success_rate, avg_reward, version";
+
 pub fn episodic_columns() -> String {
     format!(
         "'episodic'::text AS tier, {COMMON}, event_type, outcome, NULL::text AS namespace, NULL::text AS subject, \
