@@ -64,6 +64,17 @@ pub struct Run {
     pub errors: usize,
     pub first_error: Option<String>,
     pub wall: Duration,
+    /// The machine's 1-minute load average at the start and the end of the
+    /// run: anything well above the clients' concurrency + 1 means other
+    /// work shared the cores.
+    pub load: (f64, f64),
+}
+
+fn load_avg() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(f64::NAN)
 }
 
 pub fn body(endpoint: Endpoint, q: &Query) -> Value {
@@ -121,6 +132,7 @@ pub async fn run(
 ) -> anyhow::Result<Run> {
     let next = Arc::new(AtomicUsize::new(0));
     let url = format!("{base}{}", endpoint.path());
+    let load_start = load_avg();
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(concurrency);
     for _ in 0..concurrency {
@@ -159,8 +171,15 @@ pub async fn run(
             (samples, errors, first_error)
         }));
     }
-    let mut run =
-        Run { endpoint, concurrency, samples: Vec::new(), errors: 0, first_error: None, wall: Duration::ZERO };
+    let mut run = Run {
+        endpoint,
+        concurrency,
+        samples: Vec::new(),
+        errors: 0,
+        first_error: None,
+        wall: Duration::ZERO,
+        load: (load_start, f64::NAN),
+    };
     for t in tasks {
         let (samples, errors, first_error) = t.await.context("a client panicked")?;
         run.samples.extend(samples);
@@ -170,6 +189,7 @@ pub async fn run(
         }
     }
     run.wall = started.elapsed();
+    run.load.1 = load_avg();
     Ok(run)
 }
 

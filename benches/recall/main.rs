@@ -31,9 +31,9 @@ use anyhow::{Context, bail};
 use chrono::Utc;
 use clap::Parser;
 use client::{Endpoint, LEGS, Query, Run, TIERS, mean, percentile};
-use engram::config::{DatabaseConfig, SearchConfig};
+use engram::config::{DatabaseConfig, LocalConfig, SearchConfig};
 use engram::embed::Embedder;
-use engram::embed::lexical::LexicalHashEmbedder;
+use engram::embed::local::LocalEmbedder;
 use load::{AGENT_A, SMALL_AGENT};
 use sql::Scope;
 
@@ -61,6 +61,13 @@ struct Args {
     /// Sent as `Authorization: Bearer <key>` when the server has API keys.
     #[arg(long)]
     api_key: Option<String>,
+    /// The server's model directory (all-MiniLM-L6-v2): the data set and the
+    /// queries are embedded with the server's model.
+    #[arg(long, env = "ENGRAM_MODEL_DIR")]
+    model_dir: String,
+    /// Threads of this program's embedder (loading only; the runs measure the server's).
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
     /// Queries per run (distinct claims; 0 = all of them).
     #[arg(long, default_value_t = 0)]
     queries: usize,
@@ -70,6 +77,10 @@ struct Args {
     /// Queries per agent whose vector leg is compared with exact search.
     #[arg(long, default_value_t = 300)]
     recall_sample: usize,
+    /// hnsw.ef_search values whose recall and latency are measured (the
+    /// server's is 100; the aims are judged at the server's).
+    #[arg(long, value_delimiter = ',', default_values_t = [40, 100, 200])]
+    ef_search: Vec<u32>,
     /// Unmeasured requests per endpoint before its runs.
     #[arg(long, default_value_t = 100)]
     warmup: usize,
@@ -90,6 +101,20 @@ const AIM_OVERHEAD_RATIO: f64 = 2.0;
 const SEARCH_PER_LEG: i64 = 40;
 const CONTEXT_PER_LEG: i64 = 200;
 
+struct RecallRow {
+    agent: &'static str,
+    ef: u32,
+    queries: usize,
+    by_id: f64,
+    ties: f64,
+    p5: f64,
+    ann_p50: f64,
+    ann_p95: f64,
+    exact_p50: f64,
+    short_ann: usize,
+    short_exact: usize,
+}
+
 fn agent_of(run: &Run, queries: &[Query], agent: &str) -> Vec<usize> {
     (0..run.samples.len()).filter(|&i| queries[run.samples[i].query].agent == agent).collect()
 }
@@ -107,7 +132,7 @@ fn latency_row(run: &Run, queries: &[Query], agent: &str) -> String {
     let l = latencies(run, &idx);
     let requests = run.samples.len() + run.errors;
     format!(
-        "| {} | {agent} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} | {} |",
+        "| {} | {agent} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} | {} | {:.1} → {:.1} |",
         run.endpoint.name(),
         run.concurrency,
         l.len(),
@@ -117,6 +142,8 @@ fn latency_row(run: &Run, queries: &[Query], agent: &str) -> String {
         percentile(&l, 100.0),
         requests as f64 / run.wall.as_secs_f64(),
         run.errors,
+        run.load.0,
+        run.load.1,
     )
 }
 
@@ -200,7 +227,12 @@ async fn main() -> anyhow::Result<()> {
         .connect(&args.database_url)
         .await
         .context("connecting to --database-url")?;
-    let embedder = LexicalHashEmbedder::new(384);
+    let embedder = LocalEmbedder::new(&LocalConfig {
+        model_dir: args.model_dir.clone(),
+        threads: args.threads,
+        batch_window_ms: 0,
+        max_batch: 32,
+    })?;
     let model = embedder.model_id().to_string();
     load::ensure_persistent(&pool, &args.database_url, &args.tenant, &planned, &embedder).await?;
     let redis = load::connect_redis(&args.redis_url, &args.redis_key_prefix).await?;
@@ -289,8 +321,26 @@ async fn main() -> anyhow::Result<()> {
         .await?;
     let now = Utc::now();
     let scope = |agent: &str| Scope { tenant: args.tenant.clone(), agent: agent.to_string(), now };
-    let vectors: Vec<pgvector::Vector> = queries.iter().map(|q| embedder.embed_one(&q.text).into()).collect();
+    let texts: Vec<String> = queries.iter().map(|q| q.text.clone()).collect();
+    let vectors: Vec<pgvector::Vector> =
+        embedder.embed(&texts).await.context("embedding the queries")?.into_iter().map(Into::into).collect();
     let a_idx: Vec<usize> = (0..queries.len()).filter(|&i| queries[i].agent == AGENT_A).collect();
+    // The queries and their vectors, for experiments in psql (bench/recall-experiments.sql).
+    sqlx::raw_sql(
+        "DROP TABLE IF EXISTS bench_recall_query; CREATE TABLE bench_recall_query (i integer PRIMARY KEY, \
+         agent_id text NOT NULL, claim text NOT NULL, embedding vector(384) NOT NULL)",
+    )
+    .execute(&pool)
+    .await?;
+    sqlx::query(
+        "INSERT INTO bench_recall_query SELECT * FROM UNNEST($1::int4[], $2::text[], $3::text[], $4::vector[])",
+    )
+    .bind((0..queries.len() as i32).collect::<Vec<_>>())
+    .bind(queries.iter().map(|q| q.agent.as_str()).collect::<Vec<_>>())
+    .bind(queries.iter().map(|q| q.text.as_str()).collect::<Vec<_>>())
+    .bind(&vectors)
+    .execute(&pool)
+    .await?;
 
     eprintln!("sql: timing the legs at concurrency 1 ({} queries of {AGENT_A})", a_idx.len());
     for &i in a_idx.iter().take(20) {
@@ -312,32 +362,51 @@ async fn main() -> anyhow::Result<()> {
         text200.push(sql::time_text(&ann, &queries[i].text, &scope(AGENT_A), CONTEXT_PER_LEG).await?);
     }
 
-    eprintln!("sql: ANN recall@20 against exact search");
+    // Exact top-20 once per sampled query, then the ANN top-20 at each ef_search.
+    eprintln!("sql: ANN recall@20 against exact search, ef_search {:?}", args.ef_search);
     let mut recall_rows = Vec::new();
     for agent in [AGENT_A, SMALL_AGENT] {
         let sample: Vec<usize> =
             (0..queries.len()).filter(|&i| queries[i].agent == agent).take(args.recall_sample).collect();
-        let (mut by_id, mut ties, mut short_ann, mut short_exact) = (Vec::new(), Vec::new(), 0, 0);
         let t0 = Instant::now();
+        let mut truth = Vec::with_capacity(sample.len());
+        let mut exact_ms = Vec::with_capacity(sample.len());
         for &i in &sample {
-            let a = sql::vector_hits(&ann, &model, &vectors[i], &scope(agent), SEARCH_PER_LEG).await?;
-            let e = sql::vector_hits(&exact, &model, &vectors[i], &scope(agent), SEARCH_PER_LEG).await?;
-            let r = sql::recall_at(&a, &e, client::TOP_K);
-            by_id.push(r.by_id);
-            ties.push(r.with_ties);
-            short_ann += usize::from(r.ann_returned < client::TOP_K);
-            short_exact += usize::from(r.exact_returned < client::TOP_K);
+            let t = Instant::now();
+            truth.push(sql::vector_hits(&exact, &model, &vectors[i], &scope(agent), SEARCH_PER_LEG).await?);
+            exact_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        for &ef in &args.ef_search {
+            let search = SearchConfig { ef_search: ef, ..SearchConfig::default() };
+            let ann_ef = engram::store::postgres::connect_lazy(&db_config, &search)?;
+            let (mut by_id, mut ties, mut ann_ms, mut short_ann, mut short_exact) =
+                (Vec::new(), Vec::new(), Vec::new(), 0, 0);
+            for (&i, e) in sample.iter().zip(&truth) {
+                let t = Instant::now();
+                let a = sql::vector_hits(&ann_ef, &model, &vectors[i], &scope(agent), SEARCH_PER_LEG).await?;
+                ann_ms.push(t.elapsed().as_secs_f64() * 1e3);
+                let r = sql::recall_at(&a, e, client::TOP_K);
+                by_id.push(r.by_id);
+                ties.push(r.with_ties);
+                short_ann += usize::from(r.ann_returned < client::TOP_K);
+                short_exact += usize::from(r.exact_returned < client::TOP_K);
+            }
+            ann_ef.close().await;
+            recall_rows.push(RecallRow {
+                agent,
+                ef,
+                queries: sample.len(),
+                by_id: mean(&by_id),
+                ties: mean(&ties),
+                p5: percentile(&by_id, 5.0),
+                ann_p50: percentile(&ann_ms, 50.0),
+                ann_p95: percentile(&ann_ms, 95.0),
+                exact_p50: percentile(&exact_ms, 50.0),
+                short_ann,
+                short_exact,
+            });
         }
         eprintln!("sql: recall of {agent} over {} queries in {:.0} s", sample.len(), t0.elapsed().as_secs_f64());
-        recall_rows.push((
-            agent,
-            sample.len(),
-            mean(&by_id),
-            mean(&ties),
-            percentile(&by_id, 5.0),
-            short_ann,
-            short_exact,
-        ));
     }
 
     // Plans: the first queries of agent A (both legs) and one of the small agent (vector leg).
@@ -373,8 +442,10 @@ async fn main() -> anyhow::Result<()> {
     println!();
     println!("### Latency (client side: send to last body byte)");
     println!();
-    println!("| endpoint | agent | concurrency | requests | p50 ms | p95 ms | p99 ms | max ms | run req/s | errors |");
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| endpoint | agent | concurrency | requests | p50 ms | p95 ms | p99 ms | max ms | run req/s | errors | load avg |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     for r in &runs {
         println!("{}", latency_row(r, &queries, AGENT_A));
         println!("{}", latency_row(r, &queries, SMALL_AGENT));
@@ -436,15 +507,28 @@ async fn main() -> anyhow::Result<()> {
     );
     println!();
     println!(
-        "### ANN recall@20 of the vector leg (ef_search 100, iterative relaxed_order, max_scan_tuples 20000) against exact search"
+        "### ANN recall@20 of the vector leg (iterative relaxed_order, max_scan_tuples 20000; the server runs ef_search 100) against exact search"
     );
     println!();
     println!(
-        "| agent | queries | recall@20 (ids) | recall@20 (ties at the 20th distance count) | 5th percentile (ids) | ANN < 20 rows | exact < 20 rows |"
+        "| agent | ef_search | queries | recall@20 (ids) | recall@20 (ties at the 20th distance count) | 5th percentile | ANN p50 ms | ANN p95 ms | exact p50 ms | ANN < 20 rows | exact < 20 rows |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
-    for (agent, n, ids, ties, p5, sa, se) in &recall_rows {
-        println!("| {agent} | {n} | {ids:.3} | {ties:.3} | {p5:.2} | {sa} | {se} |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in &recall_rows {
+        println!(
+            "| {} | {} | {} | {:.3} | {:.3} | {:.2} | {:.1} | {:.1} | {:.1} | {} | {} |",
+            r.agent,
+            r.ef,
+            r.queries,
+            r.by_id,
+            r.ties,
+            r.p5,
+            r.ann_p50,
+            r.ann_p95,
+            r.exact_p50,
+            r.short_ann,
+            r.short_exact
+        );
     }
 
     let search1 = find(Endpoint::Search, 1);
@@ -454,7 +538,8 @@ async fn main() -> anyhow::Result<()> {
     let embed_p50 = search1.map_or(f64::NAN, |r| percentile(&leg(r, &agent_of(r, &queries, AGENT_A), 0), 50.0));
     let sql_p50 = percentile(&vec40, 50.0);
     let ratio = (p(search1, 50.0) - embed_p50) / sql_p50;
-    let recall_a = recall_rows.first().map_or(f64::NAN, |r| r.2);
+    let server_ef = SearchConfig::default().ef_search;
+    let recall_a = recall_rows.iter().find(|r| r.agent == AGENT_A && r.ef == server_ef).map_or(f64::NAN, |r| r.by_id);
     println!();
     println!("### Aims ({AGENT_A}, 100K memories, concurrency 1)");
     println!();
