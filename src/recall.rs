@@ -140,7 +140,7 @@ pub fn word_overlap(query: &str, text: &str) -> f64 {
 }
 
 fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum()
+    f64::from(a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>())
 }
 
 struct Scored {
@@ -155,8 +155,14 @@ impl MemoryService {
         params.weights.or_else(|| self.agent_weights.get(&params.agent_id).copied()).unwrap_or_default()
     }
 
-    /// Every candidate, scored, best first, deduplicated; not yet cut to top_k.
-    async fn recall(&self, tenant: &str, p: &SearchParams, per_leg: usize) -> ServiceResult<(Vec<Scored>, Timings)> {
+    /// The best `keep` candidates, scored, best first, deduplicated.
+    async fn recall(
+        &self,
+        tenant: &str,
+        p: &SearchParams,
+        per_leg: usize,
+        keep: usize,
+    ) -> ServiceResult<(Vec<Scored>, Timings)> {
         let started = Instant::now();
         let now = self.clock.now();
         let wants = |t: Tier| p.tiers.is_empty() || p.tiers.contains(&t);
@@ -240,18 +246,26 @@ impl MemoryService {
             scored.retain(|s| s.components.relevance >= min);
         }
         scored.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.memory.id.cmp(&b.memory.id)));
-        let scored = self.dedup(scored);
+        let scored = self.dedup(scored, keep);
         timings.scoring_ms = t.elapsed().as_secs_f64() * 1e3;
         timings.total_ms = started.elapsed().as_secs_f64() * 1e3;
         Ok((scored, timings))
     }
 
     /// Keeps the first (best scored) of each group of duplicates: the same
-    /// normalised text, or vectors at least `dedup_cosine` alike.
-    fn dedup(&self, scored: Vec<Scored>) -> Vec<Scored> {
+    /// normalised text, or vectors at least `dedup_cosine` alike. At most
+    /// `keep` memories of the persistent tiers are kept (the comparisons grow
+    /// with the square of what is kept); the session's working memory is
+    /// always considered.
+    fn dedup(&self, scored: Vec<Scored>, keep: usize) -> Vec<Scored> {
         let mut seen_text: HashSet<String> = HashSet::new();
-        let mut kept: Vec<Scored> = Vec::with_capacity(scored.len());
+        let mut kept: Vec<Scored> = Vec::with_capacity(keep.min(scored.len()));
+        let mut persistent = 0;
         for s in scored {
+            let is_persistent = s.memory.tier != Tier::Working;
+            if is_persistent && persistent == keep {
+                continue;
+            }
             if !seen_text.insert(normalize(&s.memory.content)) {
                 continue;
             }
@@ -259,6 +273,7 @@ impl MemoryService {
                 kept.iter().any(|k| k.vector.as_ref().is_some_and(|kv| cosine(v, kv) >= self.dedup_cosine))
             });
             if !near {
+                persistent += usize::from(is_persistent);
                 kept.push(s);
             }
         }
@@ -274,7 +289,7 @@ impl MemoryService {
 
     pub async fn search(&self, tenant: &str, p: &SearchParams) -> ServiceResult<SearchOutcome> {
         let per_leg = (p.top_k * 2).clamp(40, 400);
-        let (mut scored, timings) = self.recall(tenant, p, per_leg).await?;
+        let (mut scored, timings) = self.recall(tenant, p, per_leg, p.top_k).await?;
         scored.truncate(p.top_k);
         self.record_access(tenant, &scored.iter().map(|s| &s.memory).collect::<Vec<_>>());
         let results = scored
@@ -304,7 +319,8 @@ impl MemoryService {
             )));
         }
         let budget = budget as usize;
-        let (scored, timings) = self.recall(tenant, &p.search, self.context_candidates).await?;
+        let (scored, timings) =
+            self.recall(tenant, &p.search, self.context_candidates, self.context_candidates).await?;
         let candidates: Vec<Candidate> = scored
             .iter()
             .map(|s| Candidate {
