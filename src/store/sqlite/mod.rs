@@ -22,6 +22,9 @@ mod search;
 mod vectors;
 mod working;
 
+#[cfg(test)]
+mod tests;
+
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
