@@ -309,18 +309,27 @@ impl SqliteStore {
         // pass every filter. A tier still short of `per_leg` while the index
         // may have more asks again, four times wider, skipping what was seen.
         while !active.is_empty() && want > 0 {
-            let proposed = {
+            // The scan is CPU work of a few milliseconds at 100K vectors:
+            // off the async workers, so it never stalls other requests.
+            let inner = self.inner.clone();
+            let (tenant_id, agent, model, vector) =
+                (tenant.to_string(), q.agent_id.clone(), embedding.model.clone(), embedding.vector.clone());
+            let (tiers_now, seen_now, user) = (active.clone(), seen.clone(), q.user_id.clone());
+            let (since, until, now_micros) = (q.since.map(micros), q.until.map(micros), micros(now));
+            let proposed = tokio::task::spawn_blocking(move || {
                 let filter = ScanFilter {
-                    tiers: &active,
-                    user_id: q.user_id.as_deref(),
-                    since: q.since.map(micros),
-                    until: q.until.map(micros),
-                    now: micros(now),
-                    seen: &seen,
+                    tiers: &tiers_now,
+                    user_id: user.as_deref(),
+                    since,
+                    until,
+                    now: now_micros,
+                    seen: &seen_now,
                 };
-                let index = self.inner.vectors.read().unwrap_or_else(|poisoned| poisoned.into_inner());
-                index.nearest(tenant, &q.agent_id, &embedding.model, &embedding.vector, &filter, want)
-            };
+                let index = inner.vectors.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+                index.nearest(&tenant_id, &agent, &model, &vector, &filter, want)
+            })
+            .await
+            .map_err(|e| StoreError::Internal(anyhow::Error::new(e).context("vector scan")))?;
             if proposed.is_empty() {
                 break;
             }

@@ -231,15 +231,17 @@ impl VectorIndex {
         let mut approx = vec![0i32; group.entries.len()];
         scan(&group.codes, &q_codes, dims, &mut approx);
 
+        // One pass sorts the admitted entries into their tier's candidates.
+        let mut by_tier: Vec<Vec<(f32, usize)>> = vec![Vec::new(); filter.tiers.len()];
+        for (i, e) in group.entries.iter().enumerate() {
+            if let Some(t) = filter.tiers.iter().position(|t| *t == e.tier)
+                && filter.admits(e)
+            {
+                by_tier[t].push((approx[i] as f32 * group.scales[i], i));
+            }
+        }
         let mut out = Vec::new();
-        for &tier in filter.tiers {
-            let mut candidates: Vec<(f32, usize)> = group
-                .entries
-                .iter()
-                .enumerate()
-                .filter(|(_, e)| e.tier == tier && filter.admits(e))
-                .map(|(i, _)| (approx[i] as f32 * group.scales[i], i))
-                .collect();
+        for (&tier, mut candidates) in filter.tiers.iter().zip(by_tier) {
             // Rescore a wide margin exactly: quantisation error is a few
             // thousandths of cosine, far below the gap this margin spans.
             let margin = (want * 4).max(want + 64);
@@ -323,13 +325,20 @@ fn scan_portable(codes: &[i8], query: &[i8], dims: usize, out: &mut [i32]) {
     for (row, score) in codes.chunks_exact(dims).zip(out.iter_mut()) {
         let mut acc = [0i32; 32];
         let (cr, cq) = (row.chunks_exact(32), query.chunks_exact(32));
-        let tail: i32 = cr.remainder().iter().zip(cq.remainder()).map(|(x, y)| i32::from(*x) * i32::from(*y)).sum();
+        let tail = cr
+            .remainder()
+            .iter()
+            .zip(cq.remainder())
+            .fold(0i32, |s, (x, y)| s.wrapping_add(i32::from(*x) * i32::from(*y)));
         for (x, y) in cr.zip(cq) {
+            // Wrapping adds cannot wrap (384 products of at most 127 x 127 sum
+            // to about 6.2M), and they keep this loop vectorised in builds
+            // with overflow checks, where a checked add per element is not.
             for ((a, x), y) in acc.iter_mut().zip(x).zip(y) {
-                *a += i32::from(*x) * i32::from(*y);
+                *a = a.wrapping_add(i32::from(*x) * i32::from(*y));
             }
         }
-        *score = acc.iter().sum::<i32>() + tail;
+        *score = acc.iter().fold(tail, |s, a| s.wrapping_add(*a));
     }
 }
 
@@ -422,9 +431,11 @@ mod tests {
     }
 
     /// The cost of one search's scan at the size the index is built for.
-    /// Prints, asserts nothing about time. Needs an optimised build of this
-    /// crate to mean anything:
+    /// Prints, asserts nothing about time. Needs this crate built as in
+    /// release (optimised, no overflow checks) to mean anything:
     ///   cargo test --lib --config 'profile.dev.package.engram.opt-level=3' \
+    ///     --config 'profile.dev.package.engram.overflow-checks=false' \
+    ///     --config 'profile.dev.package.engram.debug-assertions=false' \
     ///     store::sqlite::vectors::tests::scan_timing -- --ignored --nocapture
     #[test]
     #[ignore = "a timing printout, not a check"]
