@@ -1,7 +1,8 @@
 //! The embedded SQLite backend: the zero-setup mode, one directory on local
 //! disk instead of Postgres and Redis.
 //!
-//! - `memories.rs`: `MemoryStore` (write rules, reads, listing, patches, history).
+//! - `memories.rs`: `MemoryStore` (transactions, reads, listing, patches, history).
+//! - `write.rs`: the per-tier write rules (dedup, supersede, upsert, idempotency key).
 //! - `search.rs`: the two recall legs (FTS5 and the vector index).
 //! - `vectors.rs`: the in-process vector index, rebuilt from the database at open.
 //! - `working.rs`: `WorkingMemory` as a table, `SkillCache` as a map.
@@ -21,6 +22,7 @@ mod rows;
 mod search;
 mod vectors;
 mod working;
+mod write;
 
 #[cfg(test)]
 mod tests;

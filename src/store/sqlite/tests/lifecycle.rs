@@ -1,0 +1,200 @@
+//! Access counts, restart, the directory lock, migrations, working memory, skill cache.
+
+use super::*;
+use crate::domain::Retention;
+use crate::store::{SkillCache, WorkingMemory};
+use std::time::Duration;
+
+use super::super::LocalSkillCache;
+
+#[tokio::test]
+async fn an_access_is_counted_once_per_interval() {
+    let dir = TempDir::new();
+    let store = open(&dir).await;
+    let m = write_one(&store, "t1", prepared(new_memory(Tier::Episodic, "a", "Hank called twice."), None), at(0)).await;
+    let hit = [(Tier::Episodic, m.id)];
+    let interval = chrono::Duration::seconds(60);
+    store.record_access_since("t1", &hit, at(100), at(100) - interval).await.unwrap();
+    let got = store.get("t1", m.id, at(101)).await.unwrap();
+    assert_eq!((got.access_count, got.last_accessed_at), (1, Some(micro(at(100)))));
+    // 30 s later: within the interval, not counted, not stamped.
+    store.record_access_since("t1", &hit, at(130), at(130) - interval).await.unwrap();
+    let got = store.get("t1", m.id, at(131)).await.unwrap();
+    assert_eq!((got.access_count, got.last_accessed_at), (1, Some(micro(at(100)))));
+    // Exactly one interval later: counted.
+    store.record_access_since("t1", &hit, at(160), at(160) - interval).await.unwrap();
+    let got = store.get("t1", m.id, at(161)).await.unwrap();
+    assert_eq!((got.access_count, got.last_accessed_at), (2, Some(micro(at(160)))));
+    // The tier must match the row's.
+    store.record_access_since("t1", &[(Tier::Semantic, m.id)], at(500), at(440)).await.unwrap();
+    assert_eq!(store.get("t1", m.id, at(501)).await.unwrap().access_count, 2);
+    // The batch form adds its counts.
+    store.record_access("t1", &[(Tier::Episodic, m.id, 3)], at(600)).await.unwrap();
+    let got = store.get("t1", m.id, at(601)).await.unwrap();
+    assert_eq!((got.access_count, got.last_accessed_at), (5, Some(micro(at(600)))));
+}
+
+#[tokio::test]
+async fn data_and_the_vector_index_come_back_after_a_restart() {
+    let dir = TempDir::new();
+    let store = open(&dir).await;
+    let kept = write_one(
+        &store,
+        "t1",
+        prepared(new_memory(Tier::Episodic, "a", "Ivy's birthday is in May."), emb("m1", &[0.0, 1.0])),
+        at(0),
+    )
+    .await;
+    let gone = write_one(
+        &store,
+        "t1",
+        prepared(new_memory(Tier::Episodic, "a", "Scratch this one."), emb("m1", &[0.0, 1.0])),
+        at(1),
+    )
+    .await;
+    store.delete("t1", gone.id).await.unwrap();
+    let mut old = new_memory(Tier::Semantic, "a", "Ivy works at Acme.");
+    old.subject = Some("Ivy".into());
+    old.predicate = Some("works_at".into());
+    let old = write_one(&store, "t1", prepared(old, emb("m1", &[0.0, 1.0])), at(2)).await;
+    let mut new = new_memory(Tier::Semantic, "a", "Ivy works at Globex.");
+    new.subject = Some("Ivy".into());
+    new.predicate = Some("works_at".into());
+    let new = write_one(&store, "t1", prepared(new, emb("m1", &[0.0, 1.0])), at(3)).await;
+    store.working_memory().append("t1", &[working_entry("a", "s", "draft reply")], Utc::now()).await.unwrap();
+    store.close().await;
+    drop(store);
+
+    let store = open(&dir).await;
+    assert_eq!(store.get("t1", kept.id, at(4)).await.unwrap(), kept);
+    assert_eq!(store.inner.vectors.read().unwrap().len(), 3);
+    let hits = store.search("t1", &query("a", "", emb("m1", &[0.0, 1.0])), at(4)).await.unwrap();
+    // The superseded fact is in the index but never returned.
+    assert_eq!(hits.hits.iter().map(|h| h.memory.id).collect::<Vec<_>>(), vec![kept.id, new.id]);
+    assert!(hits.hits.iter().all(|h| h.memory.id != old.id));
+    let session = store.working_memory().session("t1", "a", "s").await.unwrap();
+    assert_eq!(session.iter().map(|m| m.content.as_str()).collect::<Vec<_>>(), vec!["draft reply"]);
+}
+
+#[tokio::test]
+async fn a_second_open_of_the_same_directory_fails_while_the_first_is_open() {
+    let dir = TempDir::new();
+    let store = open(&dir).await;
+    let err = SqliteStore::open(&dir.0, &SqliteSettings::default()).await.err().expect("second open must fail");
+    assert_eq!(err.to_string(), format!("data directory {} is in use by another engram process", dir.0.display()));
+    store.close().await;
+    drop(store);
+    assert!(SqliteStore::open(&dir.0, &SqliteSettings::default()).await.is_ok());
+}
+
+#[test]
+fn the_postgres_migrator_does_not_pick_up_the_sqlite_migrations() {
+    let pg: Vec<&str> = crate::store::postgres::MIGRATOR.iter().map(|m| m.description.as_ref()).collect();
+    assert!(pg.iter().all(|d| *d != "memories"), "{pg:?}");
+    assert!(crate::store::postgres::MIGRATOR.iter().all(|m| !m.sql.as_str().contains("fts5")));
+    let sqlite: Vec<&str> = super::super::MIGRATOR.iter().map(|m| m.description.as_ref()).collect();
+    assert_eq!(sqlite, vec!["memories"]);
+}
+
+fn working_entry(agent: &str, session: &str, content: &str) -> Memory {
+    let now = Utc::now();
+    Memory {
+        id: Uuid::now_v7(),
+        tier: Tier::Working,
+        agent_id: agent.into(),
+        user_id: None,
+        session_id: Some(session.into()),
+        content: content.into(),
+        importance: 0.5,
+        retention: Retention::Session,
+        metadata: Map::new(),
+        private: false,
+        occurred_at: now,
+        created_at: now,
+        updated_at: now,
+        expires_at: Retention::Session.expires_at(now),
+        access_count: 0,
+        last_accessed_at: None,
+        embedding_model: None,
+        event_type: None,
+        outcome: None,
+        namespace: None,
+        subject: None,
+        predicate: None,
+        object: None,
+        confidence: None,
+        valid_from: None,
+        valid_until: None,
+        supersedes: None,
+        source_episode_id: None,
+        skill_name: None,
+        trigger_pattern: None,
+        policy: None,
+        tool_sequence: None,
+        success_count: None,
+        failure_count: None,
+        success_rate: None,
+        avg_reward: None,
+        version: None,
+    }
+}
+
+#[tokio::test]
+async fn working_memory_keeps_sessions_in_order_bounded_and_expiring() {
+    let dir = TempDir::new();
+    let settings = SqliteSettings { working_max_entries: 3, ..SqliteSettings::default() };
+    let store = SqliteStore::open(&dir.0, &settings).await.unwrap();
+    let wm = store.working_memory();
+    let now = Utc::now();
+    let entries: Vec<Memory> = (0..4).map(|i| working_entry("a", "s1", &format!("turn {i}"))).collect();
+    wm.append("t1", &entries[..2], now).await.unwrap();
+    wm.append("t1", &entries[2..], now).await.unwrap();
+    wm.append("t1", &[working_entry("a", "s2", "other session")], now).await.unwrap();
+    // At most 3 per session: the oldest went.
+    let s1 = wm.session("t1", "a", "s1").await.unwrap();
+    assert_eq!(s1, entries[1..].to_vec());
+    assert_eq!(wm.get("t1", entries[0].id).await.unwrap(), None);
+    assert_eq!(wm.get("t1", entries[2].id).await.unwrap().as_ref(), Some(&entries[2]));
+    assert_eq!(wm.session("t2", "a", "s1").await.unwrap(), vec![]);
+    assert_eq!(wm.get("t2", entries[2].id).await.unwrap(), None);
+
+    let mut changed = entries[2].clone();
+    changed.content = "turn 2, edited".into();
+    wm.replace("t1", &changed, now).await.unwrap();
+    let s1 = wm.session("t1", "a", "s1").await.unwrap();
+    assert_eq!(s1.iter().map(|m| m.content.as_str()).collect::<Vec<_>>(), vec!["turn 1", "turn 2, edited", "turn 3"]);
+
+    wm.remove("t1", &entries[1..2]).await.unwrap();
+    assert_eq!(wm.session("t1", "a", "s1").await.unwrap().len(), 2);
+
+    // An entry whose expiry is already past lives one second (Redis's minimum TTL).
+    let mut brief = working_entry("a", "s3", "gone soon");
+    brief.expires_at = Some(now - chrono::Duration::seconds(10));
+    wm.append("t1", std::slice::from_ref(&brief), now).await.unwrap();
+    assert_eq!(wm.session("t1", "a", "s3").await.unwrap().len(), 1);
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(wm.session("t1", "a", "s3").await.unwrap(), vec![]);
+    assert_eq!(wm.get("t1", brief.id).await.unwrap(), None);
+    wm.ping().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_skill_cache_serves_puts_until_evicted_or_stale() {
+    let cache = LocalSkillCache::new(Duration::from_millis(200), 2);
+    let a = working_entry("a", "s", "skill a");
+    let b = working_entry("a", "s", "skill b");
+    cache.put("t1", &a).await.unwrap();
+    assert_eq!(cache.get("t1", a.id).await.unwrap().as_ref(), Some(&a));
+    assert_eq!(cache.get("t2", a.id).await.unwrap(), None);
+    cache.evict("t1", a.id).await.unwrap();
+    assert_eq!(cache.get("t1", a.id).await.unwrap(), None);
+    cache.put("t1", &a).await.unwrap();
+    cache.put("t1", &b).await.unwrap();
+    // Full: the entry closest to expiry (a) makes room.
+    let c = working_entry("a", "s", "skill c");
+    cache.put("t1", &c).await.unwrap();
+    assert_eq!(cache.get("t1", a.id).await.unwrap(), None);
+    assert!(cache.get("t1", b.id).await.unwrap().is_some());
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(cache.get("t1", c.id).await.unwrap(), None);
+}
