@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::domain::Retention;
-use crate::store::{SkillCache, WorkingMemory};
+use crate::store::{ListFilter, SkillCache, WorkingMemory};
 use std::time::Duration;
 
 use super::super::LocalSkillCache;
@@ -197,4 +197,48 @@ async fn the_skill_cache_serves_puts_until_evicted_or_stale() {
     assert!(cache.get("t1", b.id).await.unwrap().is_some());
     tokio::time::sleep(Duration::from_millis(250)).await;
     assert_eq!(cache.get("t1", c.id).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn connections_run_in_wal_mode_with_full_sync_foreign_keys_and_a_busy_timeout() {
+    let dir = TempDir::new();
+    let store = open(&dir).await;
+    let mut conn = store.pool().acquire().await.unwrap();
+    let mode: String = sqlx::query_scalar("pragma journal_mode").fetch_one(&mut *conn).await.unwrap();
+    let sync: i64 = sqlx::query_scalar("pragma synchronous").fetch_one(&mut *conn).await.unwrap();
+    let fk: i64 = sqlx::query_scalar("pragma foreign_keys").fetch_one(&mut *conn).await.unwrap();
+    let busy: i64 = sqlx::query_scalar("pragma busy_timeout").fetch_one(&mut *conn).await.unwrap();
+    // synchronous 2 is FULL.
+    assert_eq!((mode.as_str(), sync, fk, busy), ("wal", 2, 1, 5_000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_writers_and_searches_all_succeed_and_keep_one_valid_fact_per_subject() {
+    let dir = TempDir::new();
+    let store = open(&dir).await;
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..25i64 {
+                // Every write reads (dedup, supersede) before it writes.
+                let mut m = new_memory(Tier::Semantic, "a", &format!("writer {w} fact {i}"));
+                m.subject = Some(format!("s{}", i % 5));
+                m.predicate = Some("p".into());
+                write_one(&store, "t1", prepared(m, emb("m1", &[1.0, w as f32, i as f32])), at(i)).await;
+                let q = query("a", "writer fact", emb("m1", &[1.0, 0.0, 0.0]));
+                store.search("t1", &q, at(100)).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let valid = ListFilter { limit: 1_000, ..ListFilter::default() };
+    assert_eq!(store.list("t1", &valid, at(200)).await.unwrap().len(), 5);
+    let every = ListFilter { limit: 1_000, include_superseded: true, ..ListFilter::default() };
+    assert_eq!(store.list("t1", &every, at(200)).await.unwrap().len(), 200);
+    assert_eq!(store.inner.vectors.read().unwrap().len(), 200);
+    let hits = store.search("t1", &query("a", "", emb("m1", &[1.0, 0.0, 0.0])), at(200)).await.unwrap();
+    assert_eq!(hits.hits.len(), 5);
 }
