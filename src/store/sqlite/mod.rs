@@ -5,6 +5,7 @@
 //! - `write.rs`: the per-tier write rules (dedup, supersede, upsert, idempotency key).
 //! - `search.rs`: the two recall legs (FTS5 and the vector index).
 //! - `vectors.rs`: the in-process vector index, rebuilt from the database at open.
+//! - `reembed.rs`: moving stored vectors to the configured model.
 //! - `working.rs`: `WorkingMemory` as a table, `SkillCache` as a map.
 //! - `rows.rs`: the row shape and its conversion to `Memory`.
 //!
@@ -18,6 +19,7 @@
 //! Must not: know about HTTP, or be used by two processes on one directory.
 
 mod memories;
+mod reembed;
 mod rows;
 mod search;
 mod vectors;

@@ -441,9 +441,14 @@ impl SqliteStore {
     ) -> StoreResult<Vec<Hit>> {
         let mut hits = Vec::new();
         for &tier in tiers {
+            // CROSS JOIN fixes the join order in SQLite: the full-text match
+            // drives, each match finds its row by rowid. The other order
+            // (walk the agent's rows, run the match against each) is what
+            // the planner may otherwise pick, and costs one full-text query
+            // per row.
             let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(format!(
                 "select {COLUMNS}, -bm25(memory_fts) as text_rank, m.embedding as vec \
-                 from memory_fts join memories m on m.seq = memory_fts.rowid where memory_fts match "
+                 from memory_fts cross join memories m on m.seq = memory_fts.rowid where memory_fts match "
             ));
             qb.push_bind(fts.to_string());
             qb.push(" and");

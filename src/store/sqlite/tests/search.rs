@@ -184,3 +184,110 @@ async fn vectors_of_another_model_are_never_compared() {
     assert_eq!(index.group_len("t1", "a", "model-b", 2), 1);
     assert_eq!(index.group_len("t1", "a", "model-a", 3), 1);
 }
+
+/// Whole searches and the index rebuild at 100K memories of one agent.
+/// Prints, asserts nothing about time; run in an optimised build (see
+/// `vectors::tests::scan_timing_at_100k_vectors_of_384_dimensions`):
+///   ... store::sqlite::tests::search::search_timing -- --ignored --nocapture
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a timing printout, not a check"]
+async fn search_timing_at_100k_memories_of_384_dimensions() {
+    let dir = TempDir::new();
+    let store = open(&dir).await;
+    let n: usize = std::env::var("ENGRAM_TIMING_N").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
+    let dims = 384usize;
+    let words = ["alpha", "budget", "castle", "dinner", "engine", "forest", "garden", "harbor", "island", "jacket"];
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let started = std::time::Instant::now();
+    for batch in 0..n / 1_000 {
+        let items: Vec<PreparedMemory> = (0..1_000)
+            .map(|i| {
+                let k = batch * 1_000 + i;
+                let text = format!("note {k} about the {} and the {}", words[k % 10], words[(k / 10) % 10]);
+                let v: Vec<f32> = (0..dims).map(|_| (next() >> 11) as f32 / (1u64 << 53) as f32 - 0.5).collect();
+                prepared(new_memory(Tier::Episodic, "a", &text), emb("m1", &v))
+            })
+            .collect();
+        write(&store, "t1", items, at(batch as i64)).await;
+    }
+    let load_s = started.elapsed().as_secs_f64();
+    store.close().await;
+    drop(store);
+    let started = std::time::Instant::now();
+    let store = open(&dir).await;
+    let open_ms = started.elapsed().as_secs_f64() * 1e3;
+
+    let (mut vector_ms, mut text_ms, mut total_ms) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..30 {
+        let v: Vec<f32> = (0..dims).map(|_| (next() >> 11) as f32 / (1u64 << 53) as f32 - 0.5).collect();
+        let word = words[(next() % 10) as usize];
+        let started = std::time::Instant::now();
+        let hits =
+            store.search("t1", &query("a", &format!("the {word} budget"), emb("m1", &v)), at(1_000)).await.unwrap();
+        total_ms.push(started.elapsed().as_secs_f64() * 1e3);
+        vector_ms.push(hits.vector_ms);
+        text_ms.push(hits.text_ms);
+        assert!(hits.vector_leg && hits.text_leg && hits.hits.len() >= 10);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!(
+        "{n} memories x {dims} dims: written in {load_s:.1} s (batches of 1000); reopen with index rebuild {open_ms:.0} ms; \
+         search median {:.2} ms (vector leg {:.2} ms, text leg {:.2} ms)",
+        median(&mut total_ms),
+        median(&mut vector_ms),
+        median(&mut text_ms),
+    );
+}
+
+#[tokio::test]
+async fn re_embedding_moves_every_row_into_the_new_models_space() {
+    use crate::embed::Embedder;
+    use crate::embed::lexical::LexicalHashEmbedder;
+
+    let dir = TempDir::new();
+    let store = open(&dir).await;
+    let embedder = LexicalHashEmbedder::new(64);
+    let old = write_one(
+        &store,
+        "t1",
+        prepared(new_memory(Tier::Episodic, "a", "Quarterly report is due Friday."), emb("old", &[1.0, 0.0])),
+        at(0),
+    )
+    .await;
+    let none =
+        write_one(&store, "t2", prepared(new_memory(Tier::Semantic, "a", "Jill manages the budget."), None), at(1))
+            .await;
+    let mut skill = new_memory(Tier::Procedural, "a", "File the report in the shared drive.");
+    skill.skill_name = Some("file report".into());
+    write_one(&store, "t1", prepared(skill, emb("old", &[0.0, 1.0])), at(2)).await;
+    assert_eq!(store.reembed_pending(embedder.model_id()).await.unwrap(), 3);
+
+    for tier in [Tier::Episodic, Tier::Semantic, Tier::Procedural] {
+        assert_eq!(store.reembed_batch(tier, &embedder, 10, at(3)).await.unwrap(), 1);
+        assert_eq!(store.reembed_batch(tier, &embedder, 10, at(3)).await.unwrap(), 0);
+    }
+    assert_eq!(store.reembed_pending(embedder.model_id()).await.unwrap(), 0);
+    let moved = store.get("t1", old.id, at(4)).await.unwrap();
+    assert_eq!((moved.embedding_model.as_deref(), moved.updated_at), (Some(embedder.model_id()), micro(at(3))));
+
+    // The index follows: the new model finds them, the old one finds nothing.
+    let text = vec!["Quarterly report is due Friday.".to_string()];
+    let qv = embedder.embed(&text).await.unwrap().remove(0);
+    let hits = store
+        .search("t1", &query("a", "", Some(Embedding { model: embedder.model_id().into(), vector: qv })), at(4))
+        .await
+        .unwrap();
+    assert_eq!(hits.hits[0].memory.id, old.id);
+    assert!((hits.hits[0].similarity.unwrap() - 1.0).abs() < 1e-5);
+    assert!(store.search("t1", &query("a", "", emb("old", &[1.0, 0.0])), at(4)).await.unwrap().hits.is_empty());
+    assert_eq!(store.get("t2", none.id, at(4)).await.unwrap().embedding_model.as_deref(), Some(embedder.model_id()));
+}
