@@ -9,7 +9,8 @@
 //! - full text: FTS5 with `porter unicode61`. The query's words (stop words
 //!   of Postgres's English list dropped) are each quoted, so no input can be
 //!   FTS5 syntax, and OR-ed: a question rarely contains every word of its
-//!   answer. Ranked by bm25; `text_rank` is -bm25, larger is better.
+//!   answer. Ranked by bm25; `text_rank` is -bm25, larger is better. As in
+//!   Postgres, at most `MAX_TEXT_MATCHES` matches per tier are ranked.
 //!
 //! As in the Postgres backend, each leg also scores its rows on the other
 //! leg's measure: the vector leg's rows get their bm25 rank (0 when they
@@ -31,6 +32,9 @@ use super::vectors::{ScanFilter, Scored};
 use super::{SqliteStore, micros, observe, store_error};
 use crate::domain::{Memory, Tier};
 use crate::store::{Hit, SearchHits, SearchQuery, StoreError, StoreResult};
+
+/// Most full-text matches ranked per tier and query (Postgres's bound).
+pub const MAX_TEXT_MATCHES: i64 = 2_000;
 
 /// Postgres's English stop words (`tsearch_data/english.stop`), dropped from
 /// queries as `to_tsvector('english', ...)` drops them.
@@ -441,19 +445,26 @@ impl SqliteStore {
     ) -> StoreResult<Vec<Hit>> {
         let mut hits = Vec::new();
         for &tier in tiers {
-            // CROSS JOIN fixes the join order in SQLite: the full-text match
-            // drives, each match finds its row by rowid. The other order
-            // (walk the agent's rows, run the match against each) is what
-            // the planner may otherwise pick, and costs one full-text query
-            // per row.
-            let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(format!(
-                "select {COLUMNS}, -bm25(memory_fts) as text_rank, m.embedding as vec \
-                 from memory_fts cross join memories m on m.seq = memory_fts.rowid where memory_fts match "
-            ));
+            // Inner query: the first MAX_TEXT_MATCHES matches that pass the
+            // filters, with their bm25 (computed only for those rows), as
+            // Postgres bounds its leg. CROSS JOIN fixes SQLite's join order:
+            // the full-text match drives and each match finds its row by
+            // rowid; the other order (walk the agent's rows, run the match
+            // against each) costs one full-text query per row.
+            // Outer query: the best `per_leg`, and only their full rows.
+            let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
+                "with t as (select m.seq, -bm25(memory_fts) as text_rank from memory_fts \
+                 cross join memories m on m.seq = memory_fts.rowid where memory_fts match ",
+            );
             qb.push_bind(fts.to_string());
             qb.push(" and");
             push_filters(&mut qb, tenant, tier, q, now);
-            qb.push(" order by bm25(memory_fts) limit ").push_bind(q.per_leg as i64);
+            qb.push(" limit ").push_bind(MAX_TEXT_MATCHES);
+            qb.push(format!(
+                ") select {COLUMNS}, t.text_rank, m.embedding as vec from t cross join memories m on m.seq = t.seq \
+                 order by t.text_rank desc limit "
+            ));
+            qb.push_bind(q.per_leg as i64);
             let rows = qb.build().fetch_all(&self.inner.pool).await.map_err(store_error)?;
             for row in rows {
                 let rank: f64 = row.try_get("text_rank").map_err(store_error)?;
