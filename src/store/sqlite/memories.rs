@@ -61,42 +61,6 @@ impl SqliteStore {
         .map_err(store_error)?;
         row.map(Memory::try_from).transpose()
     }
-
-    /// Counts one access of each `(tier, id)` at `now`, unless its last
-    /// counted access is later than `counted_after` (then nothing changes,
-    /// as in the Postgres backend).
-    pub async fn record_access_since(
-        &self,
-        tenant: &str,
-        hits: &[(Tier, Uuid)],
-        now: DateTime<Utc>,
-        counted_after: DateTime<Utc>,
-    ) -> StoreResult<()> {
-        let mut ids: Vec<(Tier, Uuid)> = hits.iter().filter(|(t, _)| *t != Tier::Working).copied().collect();
-        ids.sort_unstable();
-        ids.dedup();
-        if ids.is_empty() {
-            return Ok(());
-        }
-        let _gate = self.inner.write_gate.lock().await;
-        let mut tx = self.inner.pool.begin().await.map_err(store_error)?;
-        for (tier, id) in ids {
-            sqlx::query(
-                "update memories set access_count = access_count + 1, last_accessed_at = ? \
-                 where tenant_id = ? and id = ? and tier = ? and (last_accessed_at is null or last_accessed_at <= ?)",
-            )
-            .bind(micros(now))
-            .bind(tenant)
-            .bind(id)
-            .bind(tier.as_str())
-            .bind(micros(counted_after))
-            .execute(&mut *tx)
-            .await
-            .map_err(store_error)?;
-        }
-        tx.commit().await.map_err(store_error)?;
-        Ok(())
-    }
 }
 
 /// `metadata.KEY` compared as text, as `ListFilter::matches` does: a string
@@ -358,24 +322,34 @@ impl MemoryStore for SqliteStore {
         self.search_legs(tenant, query, now).await
     }
 
-    /// Adds `times` to each memory's count and stamps `now`. (The newer
-    /// once-per-interval rule is `record_access_since`.)
-    async fn record_access(&self, tenant: &str, hits: &[(Tier, Uuid, i32)], now: DateTime<Utc>) -> StoreResult<()> {
-        if hits.is_empty() {
+    /// Counts one access of each `(tier, id)` at `now`, unless its last
+    /// counted access is later than `counted_after` (then nothing changes,
+    /// the stamp included, as in the Postgres backend).
+    async fn record_access(
+        &self,
+        tenant: &str,
+        hits: &[(Tier, Uuid)],
+        now: DateTime<Utc>,
+        counted_after: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        let mut ids: Vec<(Tier, Uuid)> = hits.iter().filter(|(t, _)| *t != Tier::Working).copied().collect();
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.is_empty() {
             return Ok(());
         }
         let _gate = self.inner.write_gate.lock().await;
         let mut tx = self.inner.pool.begin().await.map_err(store_error)?;
-        for (tier, id, times) in hits {
+        for (tier, id) in ids {
             sqlx::query(
-                "update memories set access_count = access_count + ?, last_accessed_at = ? \
-                 where tenant_id = ? and id = ? and tier = ?",
+                "update memories set access_count = access_count + 1, last_accessed_at = ? \
+                 where tenant_id = ? and id = ? and tier = ? and (last_accessed_at is null or last_accessed_at <= ?)",
             )
-            .bind(times)
             .bind(micros(now))
             .bind(tenant)
             .bind(id)
             .bind(tier.as_str())
+            .bind(micros(counted_after))
             .execute(&mut *tx)
             .await
             .map_err(store_error)?;

@@ -14,24 +14,24 @@ async fn an_access_is_counted_once_per_interval() {
     let m = write_one(&store, "t1", prepared(new_memory(Tier::Episodic, "a", "Hank called twice."), None), at(0)).await;
     let hit = [(Tier::Episodic, m.id)];
     let interval = chrono::Duration::seconds(60);
-    store.record_access_since("t1", &hit, at(100), at(100) - interval).await.unwrap();
+    store.record_access("t1", &hit, at(100), at(100) - interval).await.unwrap();
     let got = store.get("t1", m.id, at(101)).await.unwrap();
     assert_eq!((got.access_count, got.last_accessed_at), (1, Some(micro(at(100)))));
     // 30 s later: within the interval, not counted, not stamped.
-    store.record_access_since("t1", &hit, at(130), at(130) - interval).await.unwrap();
+    store.record_access("t1", &hit, at(130), at(130) - interval).await.unwrap();
     let got = store.get("t1", m.id, at(131)).await.unwrap();
     assert_eq!((got.access_count, got.last_accessed_at), (1, Some(micro(at(100)))));
     // Exactly one interval later: counted.
-    store.record_access_since("t1", &hit, at(160), at(160) - interval).await.unwrap();
+    store.record_access("t1", &hit, at(160), at(160) - interval).await.unwrap();
     let got = store.get("t1", m.id, at(161)).await.unwrap();
     assert_eq!((got.access_count, got.last_accessed_at), (2, Some(micro(at(160)))));
     // The tier must match the row's.
-    store.record_access_since("t1", &[(Tier::Semantic, m.id)], at(500), at(440)).await.unwrap();
+    store.record_access("t1", &[(Tier::Semantic, m.id)], at(500), at(440)).await.unwrap();
     assert_eq!(store.get("t1", m.id, at(501)).await.unwrap().access_count, 2);
-    // The batch form adds its counts.
-    store.record_access("t1", &[(Tier::Episodic, m.id, 3)], at(600)).await.unwrap();
+    // The same id twice in one batch is one access.
+    store.record_access("t1", &[hit[0], hit[0]], at(600), at(540)).await.unwrap();
     let got = store.get("t1", m.id, at(601)).await.unwrap();
-    assert_eq!((got.access_count, got.last_accessed_at), (5, Some(micro(at(600)))));
+    assert_eq!((got.access_count, got.last_accessed_at), (3, Some(micro(at(600)))));
 }
 
 #[tokio::test]
