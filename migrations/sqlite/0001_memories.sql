@@ -128,8 +128,17 @@ create unique index memories_procedural_skill on memories (tenant_id, agent_id, 
 -- by rowid. `porter unicode61`: Unicode word splitting and case folding, then
 -- English stemming, the nearest FTS5 has to Postgres's 'english' config
 -- (stop words are dropped from queries by the Rust side instead).
+--
+-- `scope` holds one token per row: hex(tenant_id, agent_id, tier joined by
+-- U+001F), the same for every row a search may return. A search matches
+-- `scope : "<its token>" AND body : (<words>)`, so the index itself narrows
+-- to the tenant's agent and tier and a common word in other tenants' or
+-- tiers' rows costs nothing. The searches give the column weight 0 in bm25.
+-- (The join to `memories` re-checks tenant, agent and tier, so even a
+-- collision of tokens could never leak a row.)
 create virtual table memory_fts using fts5(
     body,
+    scope,
     content = '',
     contentless_delete = 1,
     tokenize = 'porter unicode61'
@@ -138,13 +147,14 @@ create virtual table memory_fts using fts5(
 -- Kept in sync by triggers, so the index changes in the same transaction as
 -- the row whatever statement changed it. The indexed text is what Postgres's
 -- search_tsv is generated from: the content, and for a skill its name and
--- trigger pattern too.
+-- trigger pattern too. Tenant, agent and tier never change after insert.
 create trigger memories_fts_insert after insert on memories begin
-    insert into memory_fts (rowid, body) values (
+    insert into memory_fts (rowid, body, scope) values (
         new.seq,
         case when new.tier = 'procedural'
              then new.skill_name || ' ' || new.content || ' ' || coalesce(new.trigger_pattern, '')
-             else new.content end
+             else new.content end,
+        hex(new.tenant_id || char(31) || new.agent_id || char(31) || new.tier)
     );
 end;
 
@@ -154,11 +164,12 @@ end;
 
 create trigger memories_fts_update after update of content, skill_name, trigger_pattern on memories begin
     delete from memory_fts where rowid = old.seq;
-    insert into memory_fts (rowid, body) values (
+    insert into memory_fts (rowid, body, scope) values (
         new.seq,
         case when new.tier = 'procedural'
              then new.skill_name || ' ' || new.content || ' ' || coalesce(new.trigger_pattern, '')
-             else new.content end
+             else new.content end,
+        hex(new.tenant_id || char(31) || new.agent_id || char(31) || new.tier)
     );
 end;
 

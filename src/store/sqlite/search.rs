@@ -6,7 +6,9 @@
 //!   then reads those rows with every filter applied. When the filters the
 //!   index cannot see (metadata) drop rows, the next-nearest are fetched, so
 //!   each tier still returns up to `per_leg` rows.
-//! - full text: FTS5 with `porter unicode61`. The query's words (stop words
+//! - full text: FTS5 with `porter unicode61`, each tier's query restricted
+//!   inside the index to the tenant's agent and the tier (the `scope` column,
+//!   see the migration). The query's words (stop words
 //!   of Postgres's English list dropped) are each quoted, so no input can be
 //!   FTS5 syntax, and OR-ed: a question rarely contains every word of its
 //!   answer. Ranked by bm25; `text_rank` is -bm25, larger is better. As in
@@ -184,6 +186,14 @@ pub fn fts_query(text: &str) -> Option<String> {
         .map(|w| format!("\"{}\"", w.replace('"', "\"\"")))
         .collect();
     if terms.is_empty() { None } else { Some(terms.join(" OR ")) }
+}
+
+/// The full-text expression of one tier's search: the rows of the tenant's
+/// agent in that tier (their `scope` token, as the triggers compute it) that
+/// match a word of the query in their text.
+fn scoped(tenant: &str, agent: &str, tier: Tier, fts: &str) -> String {
+    let scope = hex::encode_upper(format!("{tenant}\u{1f}{agent}\u{1f}{}", tier.as_str()));
+    format!("scope : \"{scope}\" AND body : ({fts})")
 }
 
 /// `metadata.KEY` equals VALUE as JSON values (Postgres's jsonb `=`):
@@ -392,7 +402,12 @@ impl SqliteStore {
             // SQLite allows 32766 bound parameters per statement; stay well below.
             for chunk in ids.chunks(2_000) {
                 let mut qb: QueryBuilder<Sqlite> =
-                    QueryBuilder::new(format!("select {COLUMNS}, m.embedding as vec from memories m where"));
+                    // The ids are the selective part; without statistics the
+                    // planner could prefer the (tenant, agent, created_at) index
+                    // and walk the agent's every row.
+                    QueryBuilder::new(format!(
+                        "select {COLUMNS}, m.embedding as vec from memories m indexed by memories_tenant_id where"
+                    ));
                 push_filters(&mut qb, tenant, tier, q, now);
                 qb.push(" and m.embedding_model = ").push_bind(q.vector.as_ref().map(|e| e.model.clone()));
                 qb.push(" and m.id in (");
@@ -414,21 +429,25 @@ impl SqliteStore {
         Ok(out)
     }
 
-    /// -bm25 of the given rows that match the query (the others match no word).
+    /// -bm25 of the given rows that match the query (the others match no
+    /// word). One statement per row: FTS5 seeks a `rowid =` constraint in
+    /// its posting lists, where `rowid in (...)` would run the whole match.
     async fn text_ranks(&self, fts: &str, seqs: &[i64]) -> StoreResult<Vec<(i64, f64)>> {
-        let mut out = Vec::new();
-        for chunk in seqs.chunks(2_000) {
-            let mut qb: QueryBuilder<Sqlite> =
-                QueryBuilder::new("select rowid, -bm25(memory_fts) from memory_fts where memory_fts match ");
-            qb.push_bind(fts.to_string());
-            qb.push(" and rowid in (");
-            let mut sep = qb.separated(", ");
-            for seq in chunk {
-                sep.push_bind(*seq);
+        let expression = format!("body : ({fts})");
+        let mut out = Vec::with_capacity(seqs.len());
+        let mut conn = self.inner.pool.acquire().await.map_err(store_error)?;
+        for &seq in seqs {
+            let rank: Option<f64> = sqlx::query_scalar(
+                "select -bm25(memory_fts, 1.0, 0.0) from memory_fts where memory_fts match ? and rowid = ?",
+            )
+            .bind(&expression)
+            .bind(seq)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(store_error)?;
+            if let Some(rank) = rank {
+                out.push((seq, rank));
             }
-            qb.push(")");
-            let rows: Vec<(i64, f64)> = qb.build_query_as().fetch_all(&self.inner.pool).await.map_err(store_error)?;
-            out.extend(rows);
         }
         Ok(out)
     }
@@ -453,10 +472,10 @@ impl SqliteStore {
             // against each) costs one full-text query per row.
             // Outer query: the best `per_leg`, and only their full rows.
             let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
-                "with t as (select m.seq, -bm25(memory_fts) as text_rank from memory_fts \
+                "with t as (select m.seq, -bm25(memory_fts, 1.0, 0.0) as text_rank from memory_fts \
                  cross join memories m on m.seq = memory_fts.rowid where memory_fts match ",
             );
-            qb.push_bind(fts.to_string());
+            qb.push_bind(scoped(tenant, &q.agent_id, tier, fts));
             qb.push(" and");
             push_filters(&mut qb, tenant, tier, q, now);
             qb.push(" limit ").push_bind(MAX_TEXT_MATCHES);

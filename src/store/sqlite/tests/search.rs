@@ -291,3 +291,18 @@ async fn re_embedding_moves_every_row_into_the_new_models_space() {
     assert!(store.search("t1", &query("a", "", emb("old", &[1.0, 0.0])), at(4)).await.unwrap().hits.is_empty());
     assert_eq!(store.get("t2", none.id, at(4)).await.unwrap().embedding_model.as_deref(), Some(embedder.model_id()));
 }
+
+#[tokio::test]
+async fn the_text_leg_scopes_by_tenant_and_agent_whatever_characters_they_hold() {
+    let dir = TempDir::new();
+    let store = open(&dir).await;
+    let (tenant, agent) = ("tënant:1 \"x\" OR", "agent/é NEAR(");
+    let mine =
+        write_one(&store, tenant, prepared(new_memory(Tier::Episodic, agent, "Kiwis ripen in May."), None), at(0))
+            .await;
+    write_one(&store, tenant, prepared(new_memory(Tier::Episodic, "agent/é", "Kiwis ripen in June."), None), at(1))
+        .await;
+    write_one(&store, "t1", prepared(new_memory(Tier::Episodic, agent, "Kiwis ripen in July."), None), at(2)).await;
+    let hits = store.search(tenant, &query(agent, "when do kiwis ripen", None), at(3)).await.unwrap();
+    assert_eq!(hits.hits.iter().map(|h| h.memory.id).collect::<Vec<_>>(), vec![mine.id]);
+}
