@@ -6,6 +6,7 @@
 
 pub mod postgres;
 pub mod redis;
+pub mod sqlite;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};

@@ -1,0 +1,360 @@
+//! `MemoryStore` on SQLite: writes (one transaction per request, the
+//! per-tier rules in `write.rs`), reads, listing, patches, deletes and fact
+//! history. The rules are the Postgres backend's
+//! (`store/postgres/memories.rs`); where that one leans on row locks, this
+//! one leans on the write gate, which runs one write transaction at a time.
+
+use std::time::Instant;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::{QueryBuilder, Sqlite};
+use uuid::Uuid;
+
+use super::rows::{self, COLUMNS, MemoryRow, to_json_text};
+use super::vectors::Entry;
+use super::write::{IndexOp, claim_key, insert_episodic, insert_semantic, upsert_procedural, vector_of};
+use super::{SqliteStore, micros, observe, store_error};
+use crate::domain::memory::merge_metadata;
+use crate::domain::{Memory, MemoryPatch, Tier, WrittenMemory};
+use crate::store::{
+    Embedding, IdempotencyKey, ListFilter, MemoryStore, PreparedMemory, RenderResponse, SearchHits, SearchQuery,
+    StoreError, StoreResult, StoredResponse, WriteOutcome,
+};
+
+/// `(expires_at is null or expires_at > ?)` for the row alias `m`.
+fn push_live(qb: &mut QueryBuilder<Sqlite>, now: DateTime<Utc>) {
+    qb.push(" and (m.expires_at is null or m.expires_at > ").push_bind(micros(now)).push(")");
+}
+
+impl SqliteStore {
+    /// Applies index changes in order (called under the write gate).
+    pub(super) fn apply(&self, tenant: &str, ops: Vec<IndexOp>) {
+        if ops.is_empty() {
+            return;
+        }
+        let mut index = self.inner.vectors.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        for op in ops {
+            match op {
+                IndexOp::Put(m, e) => {
+                    let entry = Entry::of(&m);
+                    index.put(tenant, &m.agent_id, &e.model, &e.vector, entry);
+                }
+                IndexOp::Refresh(m) => index.refresh(tenant, Entry::of(&m)),
+                IndexOp::Retire(id) => index.retire(tenant, id),
+                IndexOp::Remove(id) => index.remove(tenant, id),
+            }
+        }
+    }
+
+    /// A live memory by id, superseded facts included.
+    pub(super) async fn find(&self, tenant: &str, id: Uuid, now: DateTime<Utc>) -> StoreResult<Option<Memory>> {
+        let row: Option<MemoryRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "select {COLUMNS} from memories m where m.tenant_id = ? and m.id = ? \
+             and (m.expires_at is null or m.expires_at > ?)"
+        )))
+        .bind(tenant)
+        .bind(id)
+        .bind(micros(now))
+        .fetch_optional(&self.inner.pool)
+        .await
+        .map_err(store_error)?;
+        row.map(Memory::try_from).transpose()
+    }
+}
+
+/// `metadata.KEY` compared as text, as `ListFilter::matches` does: a string
+/// by its value, JSON null or a missing key never, anything else by its
+/// JSON text. `json_each` finds the key whatever characters it holds (a
+/// JSON path would have to quote them).
+fn push_metadata_text(qb: &mut QueryBuilder<Sqlite>, key: &str, value: &str) {
+    qb.push(" and exists (select 1 from json_each(m.metadata) j where j.key = ").push_bind(key.to_string());
+    qb.push(
+        " and (case j.type when 'text' then j.value when 'null' then null when 'true' then 'true' \
+         when 'false' then 'false' when 'integer' then cast(j.value as text) \
+         when 'real' then cast(j.value as text) else j.value end) = ",
+    );
+    qb.push_bind(value.to_string()).push(")");
+}
+
+fn push_list_filters(qb: &mut QueryBuilder<Sqlite>, tenant: &str, tiers: &[Tier], f: &ListFilter, now: DateTime<Utc>) {
+    qb.push(" where m.tenant_id = ").push_bind(tenant.to_string());
+    push_live(qb, now);
+    qb.push(" and m.tier in (");
+    let mut sep = qb.separated(", ");
+    for t in tiers {
+        sep.push_bind(t.as_str());
+    }
+    qb.push(")");
+    if let Some(a) = &f.agent_id {
+        qb.push(" and m.agent_id = ").push_bind(a.clone());
+    }
+    if let Some(u) = &f.user_id {
+        qb.push(" and m.user_id = ").push_bind(u.clone());
+    }
+    if let Some(s) = &f.session_id {
+        qb.push(" and m.session_id = ").push_bind(s.clone());
+    }
+    if let Some(t) = f.created_after {
+        qb.push(" and m.created_at >= ").push_bind(micros(t));
+    }
+    if let Some(t) = f.created_before {
+        qb.push(" and m.created_at < ").push_bind(micros(t));
+    }
+    if let Some(c) = f.after {
+        qb.push(" and (m.created_at, m.id) < (").push_bind(micros(c.created_at)).push(", ").push_bind(c.id).push(")");
+    }
+    for (k, v) in &f.metadata {
+        push_metadata_text(qb, k, v);
+    }
+    if !f.include_superseded {
+        qb.push(" and (m.tier <> 'semantic' or m.valid_until is null)");
+    }
+}
+
+#[async_trait]
+impl MemoryStore for SqliteStore {
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("select 1").execute(&self.inner.pool).await.map_err(store_error)?;
+        Ok(())
+    }
+
+    async fn idempotent_response(
+        &self,
+        tenant: &str,
+        key: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<StoredResponse>> {
+        let row: Option<(String, i64, String)> = sqlx::query_as(
+            "select request_hash, status, response from idempotency_keys where tenant_id = ? and key = ? \
+             and status <> 0 and created_at > ?",
+        )
+        .bind(tenant)
+        .bind(key)
+        .bind(micros(now - self.inner.idempotency_ttl))
+        .fetch_optional(&self.inner.pool)
+        .await
+        .map_err(store_error)?;
+        row.map(|(request_hash, status, body)| {
+            let body = serde_json::from_str(&body).map_err(|e| StoreError::Internal(e.into()))?;
+            Ok(StoredResponse { request_hash, status: status as u16, body })
+        })
+        .transpose()
+    }
+
+    async fn write(
+        &self,
+        tenant: &str,
+        items: &[PreparedMemory],
+        idempotency: Option<&IdempotencyKey>,
+        render: RenderResponse<'_>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<WriteOutcome> {
+        let started = Instant::now();
+        if items.iter().any(|p| p.memory.tier == Tier::Working) {
+            return Err(StoreError::Internal(anyhow::anyhow!("working memory sent to the persistent store")));
+        }
+        let _gate = self.inner.write_gate.lock().await;
+        let mut tx = self.inner.pool.begin().await.map_err(store_error)?;
+        if let Some(key) = idempotency
+            && let Some(previous) = claim_key(&mut tx, tenant, key, now, self.inner.idempotency_ttl).await?
+        {
+            tx.rollback().await.map_err(store_error)?;
+            return Ok(WriteOutcome::Replayed(previous));
+        }
+        let mut written = Vec::with_capacity(items.len());
+        let mut ops = Vec::new();
+        for p in items {
+            let w = match p.memory.tier {
+                Tier::Episodic => {
+                    let memory = insert_episodic(&mut tx, tenant, p, now).await?;
+                    ops.push(IndexOp::written(&memory, p.embedding.as_ref()));
+                    WrittenMemory { memory, deduplicated: false }
+                }
+                Tier::Semantic => insert_semantic(&mut tx, tenant, p, now, &mut ops).await?,
+                Tier::Procedural => {
+                    let memory = upsert_procedural(&mut tx, tenant, p, now).await?;
+                    ops.push(IndexOp::written(&memory, p.embedding.as_ref()));
+                    WrittenMemory { memory, deduplicated: false }
+                }
+                Tier::Working => unreachable!("rejected above"),
+            };
+            written.push(w);
+        }
+        if let Some(key) = idempotency {
+            sqlx::query(
+                "update idempotency_keys set status = 201, response = ?, updated_at = ? where tenant_id = ? and key = ?",
+            )
+            .bind(to_json_text(&render(&written))?)
+            .bind(micros(now))
+            .bind(tenant)
+            .bind(&key.key)
+            .execute(&mut *tx)
+            .await
+            .map_err(store_error)?;
+        }
+        tx.commit().await.map_err(store_error)?;
+        self.apply(tenant, ops);
+        observe("write", started);
+        Ok(WriteOutcome::Written(written))
+    }
+
+    async fn get(&self, tenant: &str, id: Uuid, now: DateTime<Utc>) -> StoreResult<Memory> {
+        let started = Instant::now();
+        let found = self.find(tenant, id, now).await?;
+        observe("get", started);
+        found.ok_or(StoreError::NotFound)
+    }
+
+    async fn list(&self, tenant: &str, filter: &ListFilter, now: DateTime<Utc>) -> StoreResult<Vec<Memory>> {
+        let started = Instant::now();
+        let tiers: Vec<Tier> =
+            [Tier::Episodic, Tier::Semantic, Tier::Procedural].into_iter().filter(|t| filter.wants(*t)).collect();
+        if tiers.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut qb = QueryBuilder::new(format!("select {COLUMNS} from memories m"));
+        push_list_filters(&mut qb, tenant, &tiers, filter, now);
+        qb.push(" order by m.created_at desc, m.id desc limit ").push_bind((filter.limit + 1) as i64);
+        let rows: Vec<MemoryRow> = qb.build_query_as().fetch_all(&self.inner.pool).await.map_err(store_error)?;
+        observe("list", started);
+        rows.into_iter().map(Memory::try_from).collect()
+    }
+
+    async fn update(
+        &self,
+        tenant: &str,
+        id: Uuid,
+        patch: &MemoryPatch,
+        embedding: Option<&Embedding>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Memory> {
+        let started = Instant::now();
+        let _gate = self.inner.write_gate.lock().await;
+        // Read under the gate: no other write can slip between this read and
+        // the update, which is what Postgres's FOR UPDATE buys.
+        let current = self.find(tenant, id, now).await?.ok_or(StoreError::NotFound)?;
+        let mut metadata = current.metadata.clone();
+        if let Some(p) = &patch.metadata {
+            merge_metadata(&mut metadata, p);
+        }
+        let mut tx = self.inner.pool.begin().await.map_err(store_error)?;
+        let mut qb = QueryBuilder::new("update memories set updated_at = ");
+        qb.push_bind(micros(now));
+        qb.push(", metadata = ").push_bind(to_json_text(&metadata)?);
+        if let Some(importance) = patch.importance {
+            qb.push(", importance = ").push_bind(importance);
+        }
+        if let Some(retention) = patch.retention {
+            qb.push(", retention = ").push_bind(retention.as_str());
+            qb.push(", expires_at = ").push_bind(retention.expires_at(current.created_at).map(micros));
+        }
+        if let Some(content) = &patch.content {
+            let (vector, model) = vector_of(embedding);
+            qb.push(", content = ").push_bind(content.clone());
+            qb.push(", content_hash = ").push_bind(crate::domain::content::content_hash(content));
+            qb.push(", embedding = ").push_bind(vector);
+            qb.push(", embedding_model = ").push_bind(model);
+        }
+        qb.push(" where tenant_id = ").push_bind(tenant.to_string());
+        qb.push(" and id = ").push_bind(id);
+        qb.push(format!(" returning {}", rows::returning()));
+        let row: MemoryRow = qb.build_query_as().fetch_one(&mut *tx).await.map_err(store_error)?;
+        tx.commit().await.map_err(store_error)?;
+        let memory: Memory = row.try_into()?;
+        let op = match &patch.content {
+            Some(_) => IndexOp::written(&memory, embedding),
+            None => IndexOp::Refresh(memory.clone()),
+        };
+        self.apply(tenant, vec![op]);
+        observe("update", started);
+        Ok(memory)
+    }
+
+    async fn delete(&self, tenant: &str, id: Uuid) -> StoreResult<Tier> {
+        let started = Instant::now();
+        let _gate = self.inner.write_gate.lock().await;
+        let tier: Option<String> =
+            sqlx::query_scalar("delete from memories where tenant_id = ? and id = ? returning tier")
+                .bind(tenant)
+                .bind(id)
+                .fetch_optional(&self.inner.pool)
+                .await
+                .map_err(store_error)?;
+        if tier.is_some() {
+            self.apply(tenant, vec![IndexOp::Remove(id)]);
+        }
+        observe("delete", started);
+        tier.as_deref().and_then(Tier::parse).ok_or(StoreError::NotFound)
+    }
+
+    async fn history(&self, tenant: &str, id: Uuid, now: DateTime<Utc>) -> StoreResult<Vec<Memory>> {
+        let current = match self.find(tenant, id, now).await? {
+            Some(m) if m.tier == Tier::Semantic => m,
+            Some(m) => return Ok(vec![m]),
+            None => return Err(StoreError::NotFound),
+        };
+        // Walk back through `supersedes` and forward through the rows that
+        // supersede this one; depth orders the chain oldest first.
+        let rows: Vec<MemoryRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "with recursive back(id, supersedes, depth) as ( \
+                 select id, supersedes, 0 from memories where tenant_id = ?1 and id = ?2 \
+                 union all select s.id, s.supersedes, b.depth - 1 from memories s join back b \
+                     on s.id = b.supersedes where s.tenant_id = ?1 and s.tier = 'semantic' and b.depth > -10000), \
+             fwd(id, depth) as ( \
+                 select id, 0 from memories where tenant_id = ?1 and id = ?2 \
+                 union all select s.id, f.depth + 1 from memories s join fwd f \
+                     on s.supersedes = f.id where s.tenant_id = ?1 and s.tier = 'semantic' and f.depth < 10000), \
+             chain(id, depth) as (select id, depth from back union select id, depth from fwd) \
+             select {COLUMNS} from memories m join chain c on c.id = m.id \
+             where m.tenant_id = ?1 and (m.expires_at is null or m.expires_at > ?3) order by c.depth"
+        )))
+        .bind(tenant)
+        .bind(current.id)
+        .bind(micros(now))
+        .fetch_all(&self.inner.pool)
+        .await
+        .map_err(store_error)?;
+        rows.into_iter().map(Memory::try_from).collect()
+    }
+
+    async fn search(&self, tenant: &str, query: &SearchQuery, now: DateTime<Utc>) -> StoreResult<SearchHits> {
+        self.search_legs(tenant, query, now).await
+    }
+
+    /// Counts one access of each `(tier, id)` at `now`, unless its last
+    /// counted access is later than `counted_after` (then nothing changes,
+    /// the stamp included, as in the Postgres backend).
+    async fn record_access(
+        &self,
+        tenant: &str,
+        hits: &[(Tier, Uuid)],
+        now: DateTime<Utc>,
+        counted_after: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        let mut ids: Vec<(Tier, Uuid)> = hits.iter().filter(|(t, _)| *t != Tier::Working).copied().collect();
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let _gate = self.inner.write_gate.lock().await;
+        let mut tx = self.inner.pool.begin().await.map_err(store_error)?;
+        for (tier, id) in ids {
+            sqlx::query(
+                "update memories set access_count = access_count + 1, last_accessed_at = ? \
+                 where tenant_id = ? and id = ? and tier = ? and (last_accessed_at is null or last_accessed_at <= ?)",
+            )
+            .bind(micros(now))
+            .bind(tenant)
+            .bind(id)
+            .bind(tier.as_str())
+            .bind(micros(counted_after))
+            .execute(&mut *tx)
+            .await
+            .map_err(store_error)?;
+        }
+        tx.commit().await.map_err(store_error)?;
+        Ok(())
+    }
+}

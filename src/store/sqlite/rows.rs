@@ -1,0 +1,159 @@
+//! The row shape of `memories` and its conversion to `Memory`: timestamps
+//! from microseconds, JSON from text, enums from their names; and the
+//! little-endian f32 encoding of vectors.
+
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use super::from_micros;
+use crate::domain::{EventType, Memory, Outcome, Retention, Tier};
+use crate::store::StoreError;
+
+/// Every column a `MemoryRow` reads, in table order, each prefixed with `m.`
+/// (queries alias `memories` as `m`, which also keeps them unambiguous in
+/// joins with the full-text table).
+pub const COLUMNS: &str = "m.seq, m.id, m.tier, m.agent_id, m.user_id, m.session_id, m.content, m.importance, \
+    m.retention, m.metadata, m.private, m.occurred_at, m.created_at, m.updated_at, m.expires_at, m.access_count, \
+    m.last_accessed_at, m.embedding_model, m.event_type, m.outcome, m.namespace, m.subject, m.predicate, m.object, \
+    m.confidence, m.source_episode_id, m.supersedes, m.valid_from, m.valid_until, m.skill_name, m.trigger_pattern, \
+    m.policy, m.tool_sequence, m.success_count, m.failure_count, m.success_rate, m.avg_reward, m.version";
+
+/// The same names for a RETURNING clause, which takes no table alias.
+pub fn returning() -> String {
+    COLUMNS.replace("m.", "")
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub struct MemoryRow {
+    /// The rowid, the key of the full-text index.
+    pub seq: i64,
+    id: Uuid,
+    tier: String,
+    agent_id: String,
+    user_id: Option<String>,
+    session_id: Option<String>,
+    content: String,
+    importance: f32,
+    retention: String,
+    metadata: String,
+    private: bool,
+    occurred_at: i64,
+    created_at: i64,
+    updated_at: i64,
+    expires_at: Option<i64>,
+    access_count: i64,
+    last_accessed_at: Option<i64>,
+    embedding_model: Option<String>,
+    event_type: Option<String>,
+    outcome: Option<String>,
+    namespace: Option<String>,
+    subject: Option<String>,
+    predicate: Option<String>,
+    object: Option<String>,
+    confidence: Option<f32>,
+    source_episode_id: Option<Uuid>,
+    supersedes: Option<Uuid>,
+    valid_from: Option<i64>,
+    valid_until: Option<i64>,
+    skill_name: Option<String>,
+    trigger_pattern: Option<String>,
+    policy: Option<String>,
+    tool_sequence: Option<String>,
+    success_count: Option<i32>,
+    failure_count: Option<i32>,
+    success_rate: Option<f32>,
+    avg_reward: Option<f32>,
+    version: Option<i32>,
+}
+
+fn corrupt(what: &str, value: &str) -> StoreError {
+    StoreError::Internal(anyhow::anyhow!("stored {what} {value:?} is not one engram knows"))
+}
+
+fn json(what: &str, text: &str) -> Result<Value, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Internal(anyhow::anyhow!("stored {what} is not JSON: {e}")))
+}
+
+fn opt_time(v: Option<i64>) -> Result<Option<chrono::DateTime<chrono::Utc>>, StoreError> {
+    v.map(from_micros).transpose()
+}
+
+impl TryFrom<MemoryRow> for Memory {
+    type Error = StoreError;
+
+    fn try_from(r: MemoryRow) -> Result<Self, StoreError> {
+        let tier = Tier::parse(&r.tier).ok_or_else(|| corrupt("tier", &r.tier))?;
+        let retention = Retention::parse(&r.retention).ok_or_else(|| corrupt("retention", &r.retention))?;
+        let event_type = match r.event_type {
+            Some(e) => Some(EventType::parse(&e).ok_or_else(|| corrupt("event_type", &e))?),
+            None => None,
+        };
+        let outcome = match r.outcome {
+            Some(o) => Some(Outcome::parse(&o).ok_or_else(|| corrupt("outcome", &o))?),
+            None => None,
+        };
+        let metadata: Map<String, Value> = match json("metadata", &r.metadata)? {
+            Value::Object(map) => map,
+            _ => return Err(corrupt("metadata", &r.metadata)),
+        };
+        Ok(Memory {
+            id: r.id,
+            tier,
+            agent_id: r.agent_id,
+            user_id: r.user_id,
+            session_id: r.session_id,
+            content: r.content,
+            importance: r.importance,
+            retention,
+            metadata,
+            private: r.private,
+            occurred_at: from_micros(r.occurred_at)?,
+            created_at: from_micros(r.created_at)?,
+            updated_at: from_micros(r.updated_at)?,
+            expires_at: opt_time(r.expires_at)?,
+            access_count: r.access_count,
+            last_accessed_at: opt_time(r.last_accessed_at)?,
+            embedding_model: r.embedding_model,
+            event_type,
+            outcome,
+            namespace: r.namespace,
+            subject: r.subject,
+            predicate: r.predicate,
+            object: r.object,
+            confidence: r.confidence,
+            valid_from: opt_time(r.valid_from)?,
+            valid_until: opt_time(r.valid_until)?,
+            supersedes: r.supersedes,
+            source_episode_id: r.source_episode_id,
+            skill_name: r.skill_name,
+            trigger_pattern: r.trigger_pattern,
+            policy: r.policy.as_deref().map(|p| json("policy", p)).transpose()?,
+            tool_sequence: r.tool_sequence.as_deref().map(|t| json("tool_sequence", t)).transpose()?,
+            success_count: r.success_count,
+            failure_count: r.failure_count,
+            success_rate: r.success_rate,
+            avg_reward: r.avg_reward,
+            version: r.version,
+        })
+    }
+}
+
+/// A vector as stored: its f32s, little-endian, back to back.
+pub fn encode_vector(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+pub fn decode_vector(bytes: &[u8]) -> Result<Vec<f32>, StoreError> {
+    if !bytes.len().is_multiple_of(4) {
+        return Err(StoreError::Internal(anyhow::anyhow!(
+            "stored vector has {} bytes, not a multiple of 4",
+            bytes.len()
+        )));
+    }
+    Ok(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+}
+
+/// JSON for a text column.
+pub fn to_json_text(v: &impl serde::Serialize) -> Result<String, StoreError> {
+    serde_json::to_string(v).map_err(|e| StoreError::Internal(e.into()))
+}

@@ -1,0 +1,523 @@
+//! The two recall legs on SQLite, with the Postgres backend's contract
+//! (`store/postgres/search.rs`) and their own means:
+//!
+//! - vector: the in-process index (`vectors.rs`) scans the agent's vectors of
+//!   the query's model and proposes the nearest per tier; one SQL statement
+//!   then reads those rows with every filter applied. When the filters the
+//!   index cannot see (metadata) drop rows, the next-nearest are fetched, so
+//!   each tier still returns up to `per_leg` rows.
+//! - full text: FTS5 with `porter unicode61`, each tier's query restricted
+//!   inside the index to the tenant's agent and the tier (the `scope` column,
+//!   see the migration). The query's words (stop words
+//!   of Postgres's English list dropped) are each quoted, so no input can be
+//!   FTS5 syntax, and OR-ed: a question rarely contains every word of its
+//!   answer. Ranked by bm25; `text_rank` is -bm25, larger is better. As in
+//!   Postgres, at most `MAX_TEXT_MATCHES` matches per tier are ranked.
+//!
+//! As in the Postgres backend, each leg also scores its rows on the other
+//! leg's measure: the vector leg's rows get their bm25 rank (0 when they
+//! match no query word), the text leg's rows their cosine and vector when
+//! they have a vector of the query's model. A memory one leg found is then
+//! fused from both scores.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+use futures::try_join;
+use serde_json::Value;
+use sqlx::{QueryBuilder, Row, Sqlite};
+use uuid::Uuid;
+
+use super::rows::{COLUMNS, MemoryRow, decode_vector};
+use super::vectors::{ScanFilter, Scored};
+use super::{SqliteStore, micros, observe, store_error};
+use crate::domain::{Memory, Tier};
+use crate::store::{Hit, SearchHits, SearchQuery, StoreError, StoreResult};
+
+/// Most full-text matches ranked per tier and query (Postgres's bound).
+pub const MAX_TEXT_MATCHES: i64 = 2_000;
+
+/// Postgres's English stop words (`tsearch_data/english.stop`), dropped from
+/// queries as `to_tsvector('english', ...)` drops them.
+const STOP_WORDS: &[&str] = &[
+    "i",
+    "me",
+    "my",
+    "myself",
+    "we",
+    "our",
+    "ours",
+    "ourselves",
+    "you",
+    "your",
+    "yours",
+    "yourself",
+    "yourselves",
+    "he",
+    "him",
+    "his",
+    "himself",
+    "she",
+    "her",
+    "hers",
+    "herself",
+    "it",
+    "its",
+    "itself",
+    "they",
+    "them",
+    "their",
+    "theirs",
+    "themselves",
+    "what",
+    "which",
+    "who",
+    "whom",
+    "this",
+    "that",
+    "these",
+    "those",
+    "am",
+    "is",
+    "are",
+    "was",
+    "were",
+    "be",
+    "been",
+    "being",
+    "have",
+    "has",
+    "had",
+    "having",
+    "do",
+    "does",
+    "did",
+    "doing",
+    "a",
+    "an",
+    "the",
+    "and",
+    "but",
+    "if",
+    "or",
+    "because",
+    "as",
+    "until",
+    "while",
+    "of",
+    "at",
+    "by",
+    "for",
+    "with",
+    "about",
+    "against",
+    "between",
+    "into",
+    "through",
+    "during",
+    "before",
+    "after",
+    "above",
+    "below",
+    "to",
+    "from",
+    "up",
+    "down",
+    "in",
+    "out",
+    "on",
+    "off",
+    "over",
+    "under",
+    "again",
+    "further",
+    "then",
+    "once",
+    "here",
+    "there",
+    "when",
+    "where",
+    "why",
+    "how",
+    "all",
+    "any",
+    "both",
+    "each",
+    "few",
+    "more",
+    "most",
+    "other",
+    "some",
+    "such",
+    "no",
+    "nor",
+    "not",
+    "only",
+    "own",
+    "same",
+    "so",
+    "than",
+    "too",
+    "very",
+    "s",
+    "t",
+    "can",
+    "will",
+    "just",
+    "don",
+    "should",
+    "now",
+];
+
+/// The FTS5 query for a text: its words, split as `unicode61` splits them
+/// (letters and digits; everything else separates), lowercased, stop words
+/// and repeats dropped, each double-quoted (a quoted string is always a
+/// plain term to FTS5, whatever it contains), joined with OR. `None` when no
+/// word is left.
+pub fn fts_query(text: &str) -> Option<String> {
+    let mut seen = HashSet::new();
+    let terms: Vec<String> = text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .filter(|w| !STOP_WORDS.contains(&w.as_str()))
+        .filter(|w| seen.insert(w.clone()))
+        .map(|w| format!("\"{}\"", w.replace('"', "\"\"")))
+        .collect();
+    if terms.is_empty() { None } else { Some(terms.join(" OR ")) }
+}
+
+/// The full-text expression of one tier's search: the rows of the tenant's
+/// agent in that tier (their `scope` token, as the triggers compute it) that
+/// match a word of the query in their text.
+fn scoped(tenant: &str, agent: &str, tier: Tier, fts: &str) -> String {
+    let scope = hex::encode_upper(format!("{tenant}\u{1f}{agent}\u{1f}{}", tier.as_str()));
+    format!("scope : \"{scope}\" AND body : ({fts})")
+}
+
+/// `metadata.KEY` equals VALUE as JSON values (Postgres's jsonb `=`):
+/// compared by JSON type and value, numbers numerically (1 = 1.0).
+fn push_metadata_json(qb: &mut QueryBuilder<Sqlite>, key: &str, value: &Value) {
+    qb.push(" and exists (select 1 from json_each(m.metadata) j where j.key = ").push_bind(key.to_string());
+    match value {
+        Value::Null => {
+            qb.push(" and j.type = 'null'");
+        }
+        Value::Bool(true) => {
+            qb.push(" and j.type = 'true'");
+        }
+        Value::Bool(false) => {
+            qb.push(" and j.type = 'false'");
+        }
+        Value::Number(n) => {
+            qb.push(" and j.type in ('integer', 'real') and j.value = ");
+            match n.as_i64() {
+                Some(i) => qb.push_bind(i),
+                None => qb.push_bind(n.as_f64().unwrap_or(f64::NAN)),
+            };
+        }
+        Value::String(s) => {
+            qb.push(" and j.type = 'text' and j.value = ").push_bind(s.clone());
+        }
+        Value::Array(_) | Value::Object(_) => {
+            let kind = if value.is_array() { "array" } else { "object" };
+            qb.push(format!(" and j.type = '{kind}' and json(j.value) = json(")).push_bind(value.to_string()).push(")");
+        }
+    }
+    qb.push(")");
+}
+
+/// The filters every leg applies, for the row alias `m`.
+fn push_filters(qb: &mut QueryBuilder<Sqlite>, tenant: &str, tier: Tier, q: &SearchQuery, now: DateTime<Utc>) {
+    qb.push(" m.tenant_id = ").push_bind(tenant.to_string());
+    qb.push(" and m.tier = ").push_bind(tier.as_str());
+    qb.push(" and m.agent_id = ").push_bind(q.agent_id.clone());
+    qb.push(" and (m.expires_at is null or m.expires_at > ").push_bind(micros(now)).push(")");
+    if let Some(u) = &q.user_id {
+        qb.push(" and m.user_id = ").push_bind(u.clone());
+    }
+    if let Some(t) = q.since {
+        qb.push(" and m.occurred_at >= ").push_bind(micros(t));
+    }
+    if let Some(t) = q.until {
+        qb.push(" and m.occurred_at < ").push_bind(micros(t));
+    }
+    for (k, v) in &q.metadata {
+        push_metadata_json(qb, k, v);
+    }
+    if tier == Tier::Semantic {
+        qb.push(" and m.valid_until is null");
+    }
+}
+
+/// Cosine of two vectors of any length (0 when either is zero).
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x) * f64::from(*x)).sum::<f64>().sqrt();
+    let (na, nb) = (norm(a), norm(b));
+    if na == 0.0 || nb == 0.0 {
+        return 0.0;
+    }
+    a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum::<f64>() / (na * nb)
+}
+
+impl SqliteStore {
+    pub(super) async fn search_legs(
+        &self,
+        tenant: &str,
+        q: &SearchQuery,
+        now: DateTime<Utc>,
+    ) -> StoreResult<SearchHits> {
+        let tiers: Vec<Tier> = q.tiers.iter().copied().filter(|t| *t != Tier::Working).collect();
+        if tiers.is_empty() {
+            return Ok(SearchHits::default());
+        }
+        let fts = fts_query(&q.text);
+        let fts = fts.as_deref();
+        let vector = async {
+            let started = Instant::now();
+            let hits = match &q.vector {
+                Some(_) => Some(self.vector_leg(tenant, q, fts, &tiers, now).await?),
+                None => None,
+            };
+            observe("search_vector", started);
+            Ok::<_, StoreError>((hits, started.elapsed().as_secs_f64() * 1e3))
+        };
+        let text = async {
+            let started = Instant::now();
+            let hits = match fts {
+                Some(fts) => Some(self.text_leg(tenant, q, fts, &tiers, now).await?),
+                None => None,
+            };
+            observe("search_text", started);
+            Ok::<_, StoreError>((hits, started.elapsed().as_secs_f64() * 1e3))
+        };
+        let ((vector_hits, vector_ms), (text_hits, text_ms)) = try_join!(vector, text)?;
+        let vector_leg = vector_hits.is_some();
+        let text_leg = text_hits.is_some();
+        let mut hits: Vec<Hit> = vector_hits.unwrap_or_default();
+        for t in text_hits.unwrap_or_default() {
+            if !hits.iter().any(|h| h.memory.id == t.memory.id) {
+                hits.push(t);
+            }
+        }
+        Ok(SearchHits { hits, vector_leg, text_leg, vector_ms, text_ms })
+    }
+
+    /// The nearest rows by cosine, each with its full-text rank too (0 when
+    /// it matches no query word; None when the query has none).
+    async fn vector_leg(
+        &self,
+        tenant: &str,
+        q: &SearchQuery,
+        fts: Option<&str>,
+        tiers: &[Tier],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<Hit>> {
+        let embedding = q.vector.as_ref().expect("vector leg needs a vector");
+        let mut found: Vec<(Hit, i64)> = Vec::new();
+        let mut seen: HashSet<Uuid> = HashSet::new();
+        let mut active: Vec<Tier> = tiers.to_vec();
+        let mut want = q.per_leg;
+        // Rounds: the index proposes `want` per tier; SQL keeps those that
+        // pass every filter. A tier still short of `per_leg` while the index
+        // may have more asks again, four times wider, skipping what was seen.
+        while !active.is_empty() && want > 0 {
+            // The scan is CPU work of a few milliseconds at 100K vectors:
+            // off the async workers, so it never stalls other requests.
+            let inner = self.inner.clone();
+            let (tenant_id, agent, model, vector) =
+                (tenant.to_string(), q.agent_id.clone(), embedding.model.clone(), embedding.vector.clone());
+            let (tiers_now, seen_now, user) = (active.clone(), seen.clone(), q.user_id.clone());
+            let (since, until, now_micros) = (q.since.map(micros), q.until.map(micros), micros(now));
+            let proposed = tokio::task::spawn_blocking(move || {
+                let filter = ScanFilter {
+                    tiers: &tiers_now,
+                    user_id: user.as_deref(),
+                    since,
+                    until,
+                    now: now_micros,
+                    seen: &seen_now,
+                };
+                let index = inner.vectors.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+                index.nearest(&tenant_id, &agent, &model, &vector, &filter, want)
+            })
+            .await
+            .map_err(|e| StoreError::Internal(anyhow::Error::new(e).context("vector scan")))?;
+            if proposed.is_empty() {
+                break;
+            }
+            seen.extend(proposed.iter().map(|s| s.id));
+            let mut fetched = self.fetch_candidates(tenant, q, &proposed, &active, now).await?;
+            let mut short = Vec::new();
+            for &tier in &active {
+                let offered: Vec<&Scored> = proposed.iter().filter(|s| s.tier == tier).collect();
+                let mut have = found.iter().filter(|(h, _)| h.memory.tier == tier).count();
+                for s in &offered {
+                    if have >= q.per_leg {
+                        break;
+                    }
+                    if let Some((seq, memory, vector)) = fetched.remove(&s.id) {
+                        let similarity = Some(f64::from(s.similarity));
+                        found.push((Hit { memory, similarity, text_rank: None, vector: Some(vector) }, seq));
+                        have += 1;
+                    }
+                }
+                // Fewer offered than asked: the index had no more for this tier.
+                if have < q.per_leg && offered.len() == want {
+                    short.push(tier);
+                }
+            }
+            active = short;
+            want = want.saturating_mul(4);
+        }
+        // Same order as Postgres's legs: tier by tier, nearest first.
+        found.sort_by(|(a, _), (b, _)| {
+            let ta = tiers.iter().position(|t| *t == a.memory.tier);
+            let tb = tiers.iter().position(|t| *t == b.memory.tier);
+            ta.cmp(&tb).then(b.similarity.unwrap_or(0.0).total_cmp(&a.similarity.unwrap_or(0.0)))
+        });
+        if let Some(fts) = fts {
+            let seqs: Vec<i64> = found.iter().map(|(_, seq)| *seq).collect();
+            let ranks = self.text_ranks(fts, &seqs).await?;
+            for (hit, seq) in &mut found {
+                hit.text_rank = Some(ranks.iter().find(|(s, _)| s == seq).map_or(0.0, |(_, r)| *r));
+            }
+        }
+        Ok(found.into_iter().map(|(h, _)| h).collect())
+    }
+
+    /// The proposed rows that pass every filter: seq, memory and stored vector by id.
+    async fn fetch_candidates(
+        &self,
+        tenant: &str,
+        q: &SearchQuery,
+        proposed: &[Scored],
+        tiers: &[Tier],
+        now: DateTime<Utc>,
+    ) -> StoreResult<HashMap<Uuid, (i64, Memory, Vec<f32>)>> {
+        let mut out = HashMap::new();
+        for &tier in tiers {
+            let ids: Vec<Uuid> = proposed.iter().filter(|s| s.tier == tier).map(|s| s.id).collect();
+            // SQLite allows 32766 bound parameters per statement; stay well below.
+            for chunk in ids.chunks(2_000) {
+                let mut qb: QueryBuilder<Sqlite> =
+                    // The ids are the selective part; without statistics the
+                    // planner could prefer the (tenant, agent, created_at) index
+                    // and walk the agent's every row.
+                    QueryBuilder::new(format!(
+                        "select {COLUMNS}, m.embedding as vec from memories m indexed by memories_tenant_id where"
+                    ));
+                push_filters(&mut qb, tenant, tier, q, now);
+                qb.push(" and m.embedding_model = ").push_bind(q.vector.as_ref().map(|e| e.model.clone()));
+                qb.push(" and m.id in (");
+                let mut sep = qb.separated(", ");
+                for id in chunk {
+                    sep.push_bind(*id);
+                }
+                qb.push(")");
+                let rows = qb.build().fetch_all(&self.inner.pool).await.map_err(store_error)?;
+                for row in rows {
+                    let blob: Vec<u8> = row.try_get("vec").map_err(store_error)?;
+                    let memory = <MemoryRow as sqlx::FromRow<_>>::from_row(&row).map_err(store_error)?;
+                    let seq = memory.seq;
+                    let memory: Memory = memory.try_into()?;
+                    out.insert(memory.id, (seq, memory, decode_vector(&blob)?));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// -bm25 of the given rows that match the query (the others match no
+    /// word). One statement per row: FTS5 seeks a `rowid =` constraint in
+    /// its posting lists, where `rowid in (...)` would run the whole match.
+    async fn text_ranks(&self, fts: &str, seqs: &[i64]) -> StoreResult<Vec<(i64, f64)>> {
+        let expression = format!("body : ({fts})");
+        let mut out = Vec::with_capacity(seqs.len());
+        let mut conn = self.inner.pool.acquire().await.map_err(store_error)?;
+        for &seq in seqs {
+            let rank: Option<f64> = sqlx::query_scalar(
+                "select -bm25(memory_fts, 1.0, 0.0) from memory_fts where memory_fts match ? and rowid = ?",
+            )
+            .bind(&expression)
+            .bind(seq)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(store_error)?;
+            if let Some(rank) = rank {
+                out.push((seq, rank));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The best full-text matches per tier, each with its cosine to the
+    /// query vector too when it has a vector of the query's model.
+    async fn text_leg(
+        &self,
+        tenant: &str,
+        q: &SearchQuery,
+        fts: &str,
+        tiers: &[Tier],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<Hit>> {
+        let mut hits = Vec::new();
+        for &tier in tiers {
+            // Inner query: the first MAX_TEXT_MATCHES matches that pass the
+            // filters, with their bm25 (computed only for those rows), as
+            // Postgres bounds its leg. CROSS JOIN fixes SQLite's join order:
+            // the full-text match drives and each match finds its row by
+            // rowid; the other order (walk the agent's rows, run the match
+            // against each) costs one full-text query per row.
+            // Outer query: the best `per_leg`, and only their full rows.
+            let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
+                "with t as (select m.seq, -bm25(memory_fts, 1.0, 0.0) as text_rank from memory_fts \
+                 cross join memories m on m.seq = memory_fts.rowid where memory_fts match ",
+            );
+            qb.push_bind(scoped(tenant, &q.agent_id, tier, fts));
+            qb.push(" and");
+            push_filters(&mut qb, tenant, tier, q, now);
+            qb.push(" limit ").push_bind(MAX_TEXT_MATCHES);
+            qb.push(format!(
+                ") select {COLUMNS}, t.text_rank, m.embedding as vec from t cross join memories m on m.seq = t.seq \
+                 order by t.text_rank desc limit "
+            ));
+            qb.push_bind(q.per_leg as i64);
+            let rows = qb.build().fetch_all(&self.inner.pool).await.map_err(store_error)?;
+            for row in rows {
+                let rank: f64 = row.try_get("text_rank").map_err(store_error)?;
+                let blob: Option<Vec<u8>> = row.try_get("vec").map_err(store_error)?;
+                let memory: Memory =
+                    <MemoryRow as sqlx::FromRow<_>>::from_row(&row).map_err(store_error)?.try_into()?;
+                let (similarity, vector) = match (&q.vector, blob) {
+                    (Some(e), Some(blob)) if memory.embedding_model.as_deref() == Some(e.model.as_str()) => {
+                        let v = decode_vector(&blob)?;
+                        if v.len() == e.vector.len() { (Some(cosine(&e.vector, &v)), Some(v)) } else { (None, None) }
+                    }
+                    _ => (None, None),
+                };
+                hits.push(Hit { memory, similarity, text_rank: Some(rank), vector });
+            }
+        }
+        Ok(hits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fts_query;
+
+    #[test]
+    fn fts_query_drops_stop_words_and_quotes_every_term() {
+        assert_eq!(fts_query("What is the capital of France?").as_deref(), Some("\"capital\" OR \"france\""));
+        assert_eq!(fts_query("the of and"), None);
+        assert_eq!(fts_query(""), None);
+        // FTS5 syntax in the input is just more separators.
+        assert_eq!(
+            fts_query("NEAR(a b) OR \"x* -y ^z").as_deref(),
+            Some("\"near\" OR \"b\" OR \"x\" OR \"y\" OR \"z\"")
+        );
+        assert_eq!(fts_query("Don't repeat, repeat REPEAT").as_deref(), Some("\"repeat\""));
+    }
+}

@@ -1,0 +1,308 @@
+//! Both recall legs, their filters, and the vector index's model groups.
+
+use super::*;
+
+#[tokio::test]
+async fn search_fills_both_legs_and_scores_each_row_on_the_other_legs_measure() {
+    let dir = TempDir::new();
+    let store = open(&dir).await;
+    let mut near = new_memory(Tier::Episodic, "a", "We booked a hotel in Lisbon for the conference.");
+    near.user_id = Some("u1".into());
+    near.metadata = json!({"trip": "lisbon", "n": 2, "tags": ["x", "y"]}).as_object().unwrap().clone();
+    let near = write_one(&store, "t1", prepared(near, emb("m1", &[1.0, 0.0, 0.0])), at(0)).await;
+    // Text matches, vector far.
+    let texty = write_one(
+        &store,
+        "t1",
+        prepared(
+            new_memory(Tier::Episodic, "a", "The hotels in Lisbon were all booked out."),
+            emb("m1", &[0.0, 0.0, 1.0]),
+        ),
+        at(10),
+    )
+    .await;
+    // Vector near, no word in common.
+    let vecty = write_one(
+        &store,
+        "t1",
+        prepared(new_memory(Tier::Semantic, "a", "Gina prefers aisle seats."), emb("m1", &[0.9, 0.1, 0.0])),
+        at(20),
+    )
+    .await;
+    // No vector at all.
+    let plain = write_one(
+        &store,
+        "t1",
+        prepared(new_memory(Tier::Episodic, "a", "Lisbon trip budget approved."), None),
+        at(30),
+    )
+    .await;
+    // Another agent's memory never shows.
+    write_one(
+        &store,
+        "t1",
+        prepared(new_memory(Tier::Episodic, "b", "Lisbon hotel booked."), emb("m1", &[1.0, 0.0, 0.0])),
+        at(40),
+    )
+    .await;
+    let now = at(50);
+
+    let q = query("a", "Which hotel did we book in Lisbon?", emb("m1", &[1.0, 0.0, 0.0]));
+    let hits = store.search("t1", &q, now).await.unwrap();
+    assert!(hits.vector_leg && hits.text_leg);
+    assert!(hits.vector_ms >= 0.0 && hits.text_ms >= 0.0);
+    let by_id = |id: Uuid| hits.hits.iter().find(|h| h.memory.id == id).unwrap_or_else(|| panic!("{id} missing"));
+    assert_eq!(hits.hits.len(), 4);
+    // Vector leg first, tier by tier, nearest first: episodic near, texty; semantic vecty.
+    assert_eq!(hits.hits[..3].iter().map(|h| h.memory.id).collect::<Vec<_>>(), vec![near.id, texty.id, vecty.id]);
+    assert_eq!(hits.hits[3].memory.id, plain.id);
+    let h = by_id(near.id);
+    assert!((h.similarity.unwrap() - 1.0).abs() < 1e-6);
+    assert!(h.text_rank.unwrap() > 0.0);
+    assert_eq!(h.vector.as_deref(), Some(&[1.0f32, 0.0, 0.0][..]));
+    let h = by_id(texty.id);
+    assert!(h.similarity.unwrap().abs() < 1e-6);
+    assert!(h.text_rank.unwrap() > 0.0);
+    let h = by_id(vecty.id);
+    assert!((h.similarity.unwrap() - 0.9 / (0.82f64).sqrt()).abs() < 1e-6);
+    // Found by the vector leg, matches no query word: rank 0, not None.
+    assert_eq!(h.text_rank, Some(0.0));
+    let h = by_id(plain.id);
+    assert_eq!(h.similarity, None);
+    assert_eq!(h.vector, None);
+    assert!(h.text_rank.unwrap() > 0.0);
+
+    // bm25: the text with more query words ranks higher.
+    let text_only = store.search("t1", &query("a", "hotel booked Lisbon", None), now).await.unwrap();
+    assert!(!text_only.vector_leg && text_only.text_leg);
+    assert_eq!(text_only.hits[0].memory.id, texty.id);
+    assert!(text_only.hits.iter().all(|h| h.similarity.is_none() && h.vector.is_none()));
+    assert!(text_only.hits.windows(2).all(|w| w[0].text_rank >= w[1].text_rank));
+
+    // Stop words only: no text leg; the vector hits carry no text rank.
+    let stop = store.search("t1", &query("a", "what is it?", emb("m1", &[1.0, 0.0, 0.0])), now).await.unwrap();
+    assert!(stop.vector_leg && !stop.text_leg);
+    assert!(stop.hits.iter().all(|h| h.text_rank.is_none()));
+    // FTS5 syntax in the query is taken as words.
+    let odd = store.search("t1", &query("a", "\"hotel* NEAR( OR AND -Lisbon^ :", None), now).await.unwrap();
+    assert!(odd.text_leg && !odd.hits.is_empty());
+
+    // Filters: user, metadata (JSON equality), occurred_at bounds, tiers.
+    let mut f = q.clone();
+    f.user_id = Some("u1".into());
+    assert_eq!(
+        store.search("t1", &f, now).await.unwrap().hits.iter().map(|h| h.memory.id).collect::<Vec<_>>(),
+        vec![near.id]
+    );
+    for (key, value, expect) in [
+        ("trip", json!("lisbon"), true),
+        ("n", json!(2.0), true),
+        ("n", json!("2"), false),
+        ("tags", json!(["x", "y"]), true),
+        ("tags", json!(["y", "x"]), false),
+    ] {
+        let mut f = q.clone();
+        f.metadata = vec![(key.into(), value.clone())];
+        let got: Vec<Uuid> = store.search("t1", &f, now).await.unwrap().hits.iter().map(|h| h.memory.id).collect();
+        assert_eq!(got, if expect { vec![near.id] } else { vec![] }, "{key} = {value}");
+    }
+    let mut f = q.clone();
+    f.since = Some(at(5));
+    f.until = Some(at(25));
+    let got: Vec<Uuid> = store.search("t1", &f, now).await.unwrap().hits.iter().map(|h| h.memory.id).collect();
+    assert_eq!(got, vec![texty.id, vecty.id]);
+    let mut f = q.clone();
+    f.tiers = vec![Tier::Semantic, Tier::Working];
+    let got: Vec<Uuid> = store.search("t1", &f, now).await.unwrap().hits.iter().map(|h| h.memory.id).collect();
+    assert_eq!(got, vec![vecty.id]);
+    let mut f = q.clone();
+    f.per_leg = 1;
+    let got: Vec<Uuid> = store.search("t1", &f, now).await.unwrap().hits.iter().map(|h| h.memory.id).collect();
+    // One per tier and leg: vector episodic near, semantic vecty; text episodic texty (best bm25).
+    assert_eq!(got, vec![near.id, vecty.id, texty.id]);
+}
+
+#[tokio::test]
+async fn the_vector_leg_keeps_looking_past_rows_the_metadata_filter_drops() {
+    let dir = TempDir::new();
+    let store = open(&dir).await;
+    // 30 near vectors without the tag, then 3 farther ones with it.
+    for i in 0..30 {
+        let m = new_memory(Tier::Episodic, "a", &format!("untagged note {i}"));
+        write_one(&store, "t1", prepared(m, emb("m1", &[1.0, 0.01 * i as f32])), at(i)).await;
+    }
+    let mut tagged = Vec::new();
+    for i in 0..3 {
+        let mut m = new_memory(Tier::Episodic, "a", &format!("tagged note {i}"));
+        m.metadata = json!({"tag": "keep"}).as_object().unwrap().clone();
+        tagged.push(write_one(&store, "t1", prepared(m, emb("m1", &[0.1 * i as f32, 1.0])), at(100 + i)).await.id);
+    }
+    let mut q = query("a", "", emb("m1", &[1.0, 0.0]));
+    q.per_leg = 2;
+    q.metadata = vec![("tag".into(), json!("keep"))];
+    let hits = store.search("t1", &q, at(200)).await.unwrap();
+    assert!(!hits.text_leg);
+    assert_eq!(hits.hits.iter().map(|h| h.memory.id).collect::<Vec<_>>(), vec![tagged[2], tagged[1]]);
+}
+
+#[tokio::test]
+async fn vectors_of_another_model_are_never_compared() {
+    let dir = TempDir::new();
+    let store = open(&dir).await;
+    let a = write_one(
+        &store,
+        "t1",
+        prepared(new_memory(Tier::Episodic, "a", "Model A wrote this about kiwis."), emb("model-a", &[1.0, 0.0])),
+        at(0),
+    )
+    .await;
+    let b = write_one(
+        &store,
+        "t1",
+        prepared(new_memory(Tier::Episodic, "a", "Model B wrote this about kiwis."), emb("model-b", &[1.0, 0.0])),
+        at(1),
+    )
+    .await;
+    let c = write_one(
+        &store,
+        "t1",
+        prepared(new_memory(Tier::Episodic, "a", "Model A, three dimensions."), emb("model-a", &[1.0, 0.0, 0.0])),
+        at(2),
+    )
+    .await;
+    let hits = store.search("t1", &query("a", "zzz", emb("model-a", &[1.0, 0.0])), at(3)).await.unwrap();
+    assert_eq!(hits.hits.iter().map(|h| h.memory.id).collect::<Vec<_>>(), vec![a.id]);
+    // The text leg's rows of another model get no similarity and no vector.
+    let hits = store.search("t1", &query("a", "kiwis", emb("model-a", &[1.0, 0.0])), at(3)).await.unwrap();
+    let hb = hits.hits.iter().find(|h| h.memory.id == b.id).unwrap();
+    assert_eq!((hb.similarity, hb.vector.as_ref()), (None, None));
+    let ha = hits.hits.iter().find(|h| h.memory.id == a.id).unwrap();
+    assert!((ha.similarity.unwrap() - 1.0).abs() < 1e-9);
+    assert!(hits.hits.iter().all(|h| h.memory.id != c.id));
+    let index = store.inner.vectors.read().unwrap();
+    assert_eq!(index.group_len("t1", "a", "model-a", 2), 1);
+    assert_eq!(index.group_len("t1", "a", "model-b", 2), 1);
+    assert_eq!(index.group_len("t1", "a", "model-a", 3), 1);
+}
+
+/// Whole searches and the index rebuild at 100K memories of one agent.
+/// Prints, asserts nothing about time; run in an optimised build (see
+/// `vectors::tests::scan_timing_at_100k_vectors_of_384_dimensions`):
+///   ... store::sqlite::tests::search::search_timing -- --ignored --nocapture
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a timing printout, not a check"]
+async fn search_timing_at_100k_memories_of_384_dimensions() {
+    let dir = TempDir::new();
+    let store = open(&dir).await;
+    let n: usize = std::env::var("ENGRAM_TIMING_N").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
+    let dims = 384usize;
+    let words = ["alpha", "budget", "castle", "dinner", "engine", "forest", "garden", "harbor", "island", "jacket"];
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let started = std::time::Instant::now();
+    for batch in 0..n / 1_000 {
+        let items: Vec<PreparedMemory> = (0..1_000)
+            .map(|i| {
+                let k = batch * 1_000 + i;
+                let text = format!("note {k} about the {} and the {}", words[k % 10], words[(k / 10) % 10]);
+                let v: Vec<f32> = (0..dims).map(|_| (next() >> 11) as f32 / (1u64 << 53) as f32 - 0.5).collect();
+                prepared(new_memory(Tier::Episodic, "a", &text), emb("m1", &v))
+            })
+            .collect();
+        write(&store, "t1", items, at(batch as i64)).await;
+    }
+    let load_s = started.elapsed().as_secs_f64();
+    store.close().await;
+    drop(store);
+    let started = std::time::Instant::now();
+    let store = open(&dir).await;
+    let open_ms = started.elapsed().as_secs_f64() * 1e3;
+
+    let (mut vector_ms, mut text_ms, mut total_ms) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..30 {
+        let v: Vec<f32> = (0..dims).map(|_| (next() >> 11) as f32 / (1u64 << 53) as f32 - 0.5).collect();
+        let word = words[(next() % 10) as usize];
+        let started = std::time::Instant::now();
+        let hits =
+            store.search("t1", &query("a", &format!("the {word} budget"), emb("m1", &v)), at(1_000)).await.unwrap();
+        total_ms.push(started.elapsed().as_secs_f64() * 1e3);
+        vector_ms.push(hits.vector_ms);
+        text_ms.push(hits.text_ms);
+        assert!(hits.vector_leg && hits.text_leg && hits.hits.len() >= 10);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!(
+        "{n} memories x {dims} dims: written in {load_s:.1} s (batches of 1000); reopen with index rebuild {open_ms:.0} ms; \
+         search median {:.2} ms (vector leg {:.2} ms, text leg {:.2} ms)",
+        median(&mut total_ms),
+        median(&mut vector_ms),
+        median(&mut text_ms),
+    );
+}
+
+#[tokio::test]
+async fn re_embedding_moves_every_row_into_the_new_models_space() {
+    use crate::embed::Embedder;
+    use crate::embed::lexical::LexicalHashEmbedder;
+
+    let dir = TempDir::new();
+    let store = open(&dir).await;
+    let embedder = LexicalHashEmbedder::new(64);
+    let old = write_one(
+        &store,
+        "t1",
+        prepared(new_memory(Tier::Episodic, "a", "Quarterly report is due Friday."), emb("old", &[1.0, 0.0])),
+        at(0),
+    )
+    .await;
+    let none =
+        write_one(&store, "t2", prepared(new_memory(Tier::Semantic, "a", "Jill manages the budget."), None), at(1))
+            .await;
+    let mut skill = new_memory(Tier::Procedural, "a", "File the report in the shared drive.");
+    skill.skill_name = Some("file report".into());
+    write_one(&store, "t1", prepared(skill, emb("old", &[0.0, 1.0])), at(2)).await;
+    assert_eq!(store.reembed_pending(embedder.model_id()).await.unwrap(), 3);
+
+    for tier in [Tier::Episodic, Tier::Semantic, Tier::Procedural] {
+        assert_eq!(store.reembed_batch(tier, &embedder, 10, at(3)).await.unwrap(), 1);
+        assert_eq!(store.reembed_batch(tier, &embedder, 10, at(3)).await.unwrap(), 0);
+    }
+    assert_eq!(store.reembed_pending(embedder.model_id()).await.unwrap(), 0);
+    let moved = store.get("t1", old.id, at(4)).await.unwrap();
+    assert_eq!((moved.embedding_model.as_deref(), moved.updated_at), (Some(embedder.model_id()), micro(at(3))));
+
+    // The index follows: the new model finds them, the old one finds nothing.
+    let text = vec!["Quarterly report is due Friday.".to_string()];
+    let qv = embedder.embed(&text).await.unwrap().remove(0);
+    let hits = store
+        .search("t1", &query("a", "", Some(Embedding { model: embedder.model_id().into(), vector: qv })), at(4))
+        .await
+        .unwrap();
+    assert_eq!(hits.hits[0].memory.id, old.id);
+    assert!((hits.hits[0].similarity.unwrap() - 1.0).abs() < 1e-5);
+    assert!(store.search("t1", &query("a", "", emb("old", &[1.0, 0.0])), at(4)).await.unwrap().hits.is_empty());
+    assert_eq!(store.get("t2", none.id, at(4)).await.unwrap().embedding_model.as_deref(), Some(embedder.model_id()));
+}
+
+#[tokio::test]
+async fn the_text_leg_scopes_by_tenant_and_agent_whatever_characters_they_hold() {
+    let dir = TempDir::new();
+    let store = open(&dir).await;
+    let (tenant, agent) = ("tënant:1 \"x\" OR", "agent/é NEAR(");
+    let mine =
+        write_one(&store, tenant, prepared(new_memory(Tier::Episodic, agent, "Kiwis ripen in May."), None), at(0))
+            .await;
+    write_one(&store, tenant, prepared(new_memory(Tier::Episodic, "agent/é", "Kiwis ripen in June."), None), at(1))
+        .await;
+    write_one(&store, "t1", prepared(new_memory(Tier::Episodic, agent, "Kiwis ripen in July."), None), at(2)).await;
+    let hits = store.search(tenant, &query(agent, "when do kiwis ripen", None), at(3)).await.unwrap();
+    assert_eq!(hits.hits.iter().map(|h| h.memory.id).collect::<Vec<_>>(), vec![mine.id]);
+}
