@@ -19,6 +19,8 @@ use crate::http::extract::Auth;
 use crate::service::MemoryService;
 use crate::store::postgres::{self, PgStore};
 use crate::store::redis::RedisStore;
+use crate::store::sqlite::{LocalSkillCache, SqliteSettings, SqliteStore};
+use crate::store::{Backend, MemoryStore, SkillCache, WorkingMemory};
 use crate::{embed, jobs};
 
 /// Shared by every request. Cheap to clone: handles only.
@@ -30,12 +32,29 @@ pub struct AppState {
     pub auth: Arc<Auth>,
     /// Renders `/metrics`.
     pub metrics: PrometheusHandle,
-    /// For pool gauges.
-    pub pg_pool: Option<PgPool>,
+    /// The database connection pool, for the pool gauges.
+    pub db_pool: DbPool,
     /// The OpenAPI document, rendered once.
     pub openapi_json: Arc<String>,
     pub body_limit: usize,
     pub request_timeout_ms: u64,
+}
+
+/// The connection pool of the active backend.
+#[derive(Clone)]
+pub enum DbPool {
+    Postgres(PgPool),
+    Sqlite(sqlx::SqlitePool),
+}
+
+impl DbPool {
+    /// (open connections, idle connections).
+    pub fn connections(&self) -> (u32, usize) {
+        match self {
+            DbPool::Postgres(p) => (p.size(), p.num_idle()),
+            DbPool::Sqlite(p) => (p.size(), p.num_idle()),
+        }
+    }
 }
 
 /// The state plus the backends the background jobs and shutdown need.
@@ -43,42 +62,75 @@ pub struct App {
     pub state: AppState,
     /// Access counts queued by searches, for the flusher job.
     pub access_rx: Option<tokio::sync::mpsc::Receiver<crate::recall::AccessBatch>>,
-    pub pg: PgStore,
-    pub redis: RedisStore,
+    pub backend: Backend,
     pub config: Config,
 }
 
-/// Connects the backends, applies migrations (when configured), prepares
-/// partitions and the embedding model's indexes, and assembles the state.
+/// Most skills the embedded backend's in-process cache holds.
+const LOCAL_SKILL_CACHE_ENTRIES: usize = 10_000;
+
+/// Opens the backends — Postgres and Redis when a database URL is set, else
+/// the embedded database in the data directory — applies migrations (when
+/// configured), prepares partitions and the embedding model's indexes, and
+/// assembles the state.
 pub async fn build(config: Config) -> anyhow::Result<App> {
     build_with_clock(config, Arc::new(SystemClock)).await
 }
 
 pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<App> {
-    if config.database.url.is_empty() {
-        anyhow::bail!("`database.url` is not set: give DATABASE_URL=postgres://user:pass@host:port/db");
+    for notice in &config.notices {
+        tracing::info!("{notice}");
     }
-    let pool = postgres::connect_lazy(&config.database, &config.search)?;
-    if config.database.migrate_on_start {
-        postgres::migrate(&pool).await?;
-    }
-    let pg = PgStore::new(pool.clone(), config.idempotency.ttl_hours);
-    let created = pg
-        .ensure_partitions(clock.now(), config.database.partitions_ahead_months)
-        .await
-        .context("preparing episodic partitions (did migrations run? try `engram migrate`)")?;
-    if created > 0 {
-        tracing::info!(created, "created episodic partitions");
-    }
+    let (backend, db_pool) = if config.database.url.is_empty() {
+        let dir = std::path::Path::new(&config.embedded.data_dir);
+        let settings = SqliteSettings {
+            idempotency_ttl_hours: config.idempotency.ttl_hours,
+            working_max_entries: config.redis.working_max_entries,
+            max_connections: config.embedded.max_connections,
+            busy_timeout: Duration::from_millis(config.embedded.busy_timeout_ms),
+        };
+        let store = SqliteStore::open(dir, &settings).await?;
+        let shown = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+        tracing::info!(data_dir = %shown.display(), "embedded backend: every tier in one SQLite database; no Postgres or Redis");
+        let pool = DbPool::Sqlite(store.pool().clone());
+        (Backend::Embedded(store), pool)
+    } else {
+        let pool = postgres::connect_lazy(&config.database, &config.search)?;
+        if config.database.migrate_on_start {
+            postgres::migrate(&pool).await?;
+        }
+        let pg = PgStore::new(pool.clone(), config.idempotency.ttl_hours);
+        let created = pg
+            .ensure_partitions(clock.now(), config.database.partitions_ahead_months)
+            .await
+            .context("preparing episodic partitions (did migrations run? try `engram migrate`)")?;
+        if created > 0 {
+            tracing::info!(created, "created episodic partitions");
+        }
+        let redis = RedisStore::connect(&config.redis).context("configuring Redis")?;
+        (Backend::Postgres { pg, redis }, DbPool::Postgres(pool))
+    };
     let embedder = embed::from_config(&config.embedding)?;
     match &embedder {
         Some(e) => {
-            pg.ensure_model(e.model_id(), e.dimensions()).await?;
+            if let Some(pg) = backend.pg() {
+                pg.ensure_model(e.model_id(), e.dimensions()).await?;
+            }
             tracing::info!(model = e.model_id(), dimensions = e.dimensions(), "embedding model ready");
         }
         None => tracing::warn!("no embedding provider configured: memories are stored without vectors"),
     }
-    let redis = RedisStore::connect(&config.redis).context("configuring Redis")?;
+    let (store, working, skills): (Arc<dyn MemoryStore>, Arc<dyn WorkingMemory>, Arc<dyn SkillCache>) = match &backend {
+        Backend::Postgres { pg, redis } => (Arc::new(pg.clone()), Arc::new(redis.clone()), Arc::new(redis.clone())),
+        Backend::Embedded(s) => (
+            Arc::new(s.clone()),
+            Arc::new(s.working_memory()),
+            Arc::new(LocalSkillCache::new(
+                Duration::from_secs(config.redis.procedural_cache_ttl_secs),
+                LOCAL_SKILL_CACHE_ENTRIES,
+            )),
+        ),
+    };
     let auth = Auth::new(&config.auth);
     if auth.is_open() {
         tracing::warn!(
@@ -89,9 +141,9 @@ pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::
     }
     let (access, access_rx) = crate::recall::AccessRecorder::new(10_000);
     let service = MemoryService {
-        store: Arc::new(pg.clone()),
-        working: Arc::new(redis.clone()),
-        skills: Arc::new(redis.clone()),
+        store,
+        working,
+        skills,
         embedder,
         classifier: Arc::new(RuleClassifier),
         clock,
@@ -105,12 +157,12 @@ pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::
         service: Arc::new(service),
         auth: Arc::new(auth),
         metrics: crate::telemetry::metrics_handle(),
-        pg_pool: Some(pool),
+        db_pool,
         openapi_json: Arc::new(crate::http::openapi_json()),
         body_limit: config.server.body_limit_bytes,
         request_timeout_ms: config.server.request_timeout_ms,
     };
-    Ok(App { state, access_rx: Some(access_rx), pg, redis, config })
+    Ok(App { state, access_rx: Some(access_rx), backend, config })
 }
 
 /// Serves until `shutdown` is cancelled, then drains requests (bounded by
@@ -131,8 +183,7 @@ pub async fn run(listener: TcpListener, mut app: App, shutdown: CancellationToke
         Err(_) => tracing::warn!("requests still running after the grace period; exiting anyway"),
     }
     tracker.wait().await;
-    app.redis.shutdown().await;
-    app.pg.pool().close().await;
+    app.backend.close().await;
     Ok(())
 }
 

@@ -21,6 +21,8 @@ const REDACTED: &str = "<redacted>";
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub server: ServerConfig,
+    /// The embedded backend, used when `database.url` is empty.
+    pub embedded: EmbeddedConfig,
     pub database: DatabaseConfig,
     pub redis: RedisConfig,
     pub auth: AuthConfig,
@@ -30,6 +32,27 @@ pub struct Config {
     /// Per-agent settings: `[agents.<agent_id>]`.
     pub agents: std::collections::BTreeMap<String, AgentConfig>,
     pub log: LogConfig,
+    /// What loading decided that the log should say (written once logging is up).
+    #[serde(skip)]
+    pub notices: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EmbeddedConfig {
+    /// Directory of the embedded database (`ENGRAM_DATA_DIR`, `--data-dir`);
+    /// relative to the working directory.
+    pub data_dir: String,
+    /// Connections to the database file: reads run concurrently, writes queue.
+    pub max_connections: u32,
+    /// How long a statement waits for another connection's lock.
+    pub busy_timeout_ms: u64,
+}
+
+impl Default for EmbeddedConfig {
+    fn default() -> Self {
+        Self { data_dir: "data".into(), max_connections: 4, busy_timeout_ms: 5_000 }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -89,7 +112,7 @@ pub struct ServerConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DatabaseConfig {
-    /// Postgres URL (`DATABASE_URL`). Required by `serve` and `migrate`.
+    /// Postgres URL (`DATABASE_URL`). Empty: the embedded backend in `embedded.data_dir`.
     pub url: String,
     pub max_connections: u32,
     pub acquire_timeout_ms: u64,
@@ -171,7 +194,8 @@ pub struct EmbeddingConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LocalConfig {
-    /// Directory with the model files (`ENGRAM_MODEL_DIR`); relative to the working directory.
+    /// Directory with the model files (`ENGRAM_MODEL_DIR`); relative to the
+    /// working directory. Empty: `models/all-MiniLM-L6-v2` in the data directory.
     pub model_dir: String,
     /// Threads one forward pass may use; the embedder never uses more.
     pub threads: usize,
@@ -286,7 +310,7 @@ impl Default for EmbeddingConfig {
 
 impl Default for LocalConfig {
     fn default() -> Self {
-        Self { model_dir: "data/models/all-MiniLM-L6-v2".into(), threads: 1, batch_window_ms: 2, max_batch: 32 }
+        Self { model_dir: String::new(), threads: 1, batch_window_ms: 2, max_batch: 32 }
     }
 }
 
@@ -323,12 +347,21 @@ impl Default for LogConfig {
 pub struct ConfigError(String);
 
 const SECTIONS: &[&str] =
-    &["server", "database", "redis", "auth", "embedding", "idempotency", "search", "agents", "log"];
+    &["server", "embedded", "database", "redis", "auth", "embedding", "idempotency", "search", "agents", "log"];
+
+/// The bundled model's directory under the data directory, when
+/// `embedding.local.model_dir` is not set.
+pub const MODEL_SUBDIR: &str = "models/all-MiniLM-L6-v2";
 
 impl Config {
     /// Loads defaults < `file` < `ENGRAM_*` < `DATABASE_URL`/`REDIS_URL`/`ENGRAM_LISTEN`/`ENGRAM_MODEL_DIR`,
     /// plus API keys from `ENGRAM_API_KEYS` (`tenant:key,tenant:key`).
     pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
+        Self::load_with(file, None)
+    }
+
+    /// `load`, with `--data-dir` (which wins over everything else).
+    pub fn load_with(file: Option<&Path>, data_dir: Option<&str>) -> Result<Config, ConfigError> {
         let mut figment = Figment::from(Serialized::defaults(Config::default()));
         if let Some(path) = file {
             if !path.exists() {
@@ -349,8 +382,22 @@ impl Config {
             .merge(Env::raw().only(&["DATABASE_URL"]).map(|_| "database.url".into()))
             .merge(Env::raw().only(&["REDIS_URL"]).map(|_| "redis.url".into()))
             .merge(Env::raw().only(&["ENGRAM_LISTEN"]).map(|_| "server.listen".into()))
-            .merge(Env::raw().only(&["ENGRAM_MODEL_DIR"]).map(|_| "embedding.local.model_dir".into()));
+            .merge(Env::raw().only(&["ENGRAM_MODEL_DIR"]).map(|_| "embedding.local.model_dir".into()))
+            .merge(Env::raw().only(&["ENGRAM_DATA_DIR"]).map(|_| "embedded.data_dir".into()));
         let mut config: Config = figment.extract().map_err(|e| ConfigError(e.to_string()))?;
+        if let Some(dir) = data_dir {
+            if config.embedded.data_dir != dir && config.embedded.data_dir != EmbeddedConfig::default().data_dir {
+                config.notices.push(format!(
+                    "--data-dir {dir} overrides the configured data directory {}",
+                    config.embedded.data_dir
+                ));
+            }
+            config.embedded.data_dir = dir.to_string();
+        }
+        if config.embedding.local.model_dir.is_empty() {
+            config.embedding.local.model_dir =
+                Path::new(&config.embedded.data_dir).join(MODEL_SUBDIR).to_string_lossy().into_owned();
+        }
         if let Ok(keys) = std::env::var("ENGRAM_API_KEYS") {
             config.auth.keys.extend(parse_api_keys(&keys)?);
         }
@@ -363,6 +410,12 @@ impl Config {
         let bad = |key: &str, why: &str| Err(ConfigError(format!("`{key}` {why}")));
         if self.server.listen.parse::<SocketAddr>().is_err() {
             return bad("server.listen", "must be an address like 127.0.0.1:8080");
+        }
+        if self.embedded.data_dir.is_empty() {
+            return bad("embedded.data_dir", "must not be empty");
+        }
+        if self.embedded.max_connections == 0 {
+            return bad("embedded.max_connections", "must be greater than 0");
         }
         if self.server.body_limit_bytes == 0 {
             return bad("server.body_limit_bytes", "must be greater than 0");
@@ -415,9 +468,6 @@ impl Config {
             return bad("embedding.openai.batch_size", "must be greater than 0");
         }
         let local = &self.embedding.local;
-        if self.embedding.provider == EmbeddingProvider::Local && local.model_dir.is_empty() {
-            return bad("embedding.local.model_dir", "must not be empty");
-        }
         if local.threads == 0 || local.threads > 256 {
             return bad("embedding.local.threads", "must be between 1 and 256");
         }
@@ -592,10 +642,32 @@ mod tests {
         let mut c = Config::default();
         c.embedding.local.batch_window_ms = 5_000;
         assert!(c.validate().unwrap_err().to_string().contains("embedding.local.batch_window_ms"));
-        let mut c = Config::default();
-        c.embedding.provider = EmbeddingProvider::Local;
-        c.embedding.local.model_dir = String::new();
-        assert!(c.validate().unwrap_err().to_string().contains("embedding.local.model_dir"));
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail decides the closure's error type
+    fn the_model_and_the_embedded_database_live_in_the_data_directory() {
+        figment::Jail::expect_with(|jail| {
+            // Not the environment the tests run in (scripts/test.sh sets ENGRAM_MODEL_DIR).
+            jail.clear_env();
+            let c = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!((c.embedded.data_dir.as_str(), c.database.url.as_str()), ("data", ""));
+            assert_eq!(c.embedding.local.model_dir, "data/models/all-MiniLM-L6-v2");
+            jail.set_env("ENGRAM_DATA_DIR", "/srv/engram");
+            let c = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(c.embedding.local.model_dir, "/srv/engram/models/all-MiniLM-L6-v2");
+            assert!(c.notices.is_empty());
+            // --data-dir wins, and says so.
+            let c = Config::load_with(None, Some("/var/lib/engram")).map_err(|e| e.to_string())?;
+            assert_eq!(c.embedded.data_dir, "/var/lib/engram");
+            assert_eq!(c.embedding.local.model_dir, "/var/lib/engram/models/all-MiniLM-L6-v2");
+            assert_eq!(c.notices, ["--data-dir /var/lib/engram overrides the configured data directory /srv/engram"]);
+            // An explicit model directory stays.
+            jail.set_env("ENGRAM_MODEL_DIR", "/opt/minilm");
+            let c = Config::load_with(None, Some("/var/lib/engram")).map_err(|e| e.to_string())?;
+            assert_eq!(c.embedding.local.model_dir, "/opt/minilm");
+            Ok(())
+        });
     }
 
     #[test]

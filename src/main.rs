@@ -15,6 +15,10 @@ struct Cli {
     /// A TOML configuration file layered over the defaults.
     #[arg(long, global = true, env = "ENGRAM_CONFIG")]
     config: Option<PathBuf>,
+    /// Directory of the embedded database (used when no DATABASE_URL is set);
+    /// wins over ENGRAM_DATA_DIR and embedded.data_dir.
+    #[arg(long, global = true)]
+    data_dir: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -27,7 +31,7 @@ enum Command {
         #[arg(long)]
         listen: Option<String>,
     },
-    /// Apply pending database migrations and exit.
+    /// Apply pending database migrations (Postgres, or the embedded database) and exit.
     Migrate,
     /// Print the OpenAPI document.
     Openapi,
@@ -37,7 +41,7 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let mut config = match Config::load(cli.config.as_deref()) {
+    let mut config = match Config::load_with(cli.config.as_deref(), cli.data_dir.as_deref()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("engram: {e}");
@@ -83,7 +87,11 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 async fn migrate(config: Config) -> anyhow::Result<()> {
     engram::telemetry::init_logging(&config.log);
     if config.database.url.is_empty() {
-        anyhow::bail!("`database.url` is not set: give DATABASE_URL");
+        let settings = engram::store::sqlite::SqliteSettings::default();
+        let store = engram::store::sqlite::SqliteStore::open(config.embedded.data_dir.as_ref(), &settings).await?;
+        store.close().await;
+        tracing::info!(data_dir = %config.embedded.data_dir, "embedded database migrated");
+        return Ok(());
     }
     let pool = engram::store::postgres::connect_lazy(&config.database, &config.search)?;
     engram::store::postgres::migrate(&pool).await?;
@@ -96,7 +104,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let listen = config.server.listen.clone();
     let app = engram::app::build(config).await?;
     let listener = tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("binding {listen}"))?;
-    tracing::info!(address = %listener.local_addr()?, "engram listening; API docs at /docs");
+    let address = listener.local_addr()?;
+    tracing::info!("engram listening on http://{address}; API docs at http://{address}/docs");
     let shutdown = CancellationToken::new();
     engram::app::cancel_on_signal(shutdown.clone());
     engram::app::run(listener, app, shutdown).await

@@ -8,9 +8,11 @@
 //! Requests cut off by the kill were never acknowledged and prove nothing
 //! either way, so they are only counted.
 //!
-//! Working memory lives in Redis, which is not killed here: this checks that
-//! the server answers 201 only after Redis has the entry, not Redis's own
-//! persistence.
+//! It runs on both backends. With Postgres, working memory lives in Redis,
+//! which is not killed here: this checks that the server answers 201 only
+//! after Redis has the entry, not Redis's own persistence. With the embedded
+//! backend every tier, working memory included, is in the SQLite file the
+//! killed process had open.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -46,7 +48,9 @@ const EPISODES: &[&str] = &[
 
 /// The environment one server run gets; a restart reuses it unchanged.
 struct ServerEnv {
+    /// Empty: the embedded backend in `data_dir`.
     database_url: String,
+    data_dir: String,
     redis_url: String,
     listen: String,
     tenant: String,
@@ -62,13 +66,18 @@ struct ServerProcess {
 
 impl ServerProcess {
     fn start(env: &ServerEnv) -> anyhow::Result<ServerProcess> {
-        let child = Command::new(env!("CARGO_BIN_EXE_engram"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_engram"));
+        if env.database_url.is_empty() {
+            command.env_remove("DATABASE_URL").env("ENGRAM_DATA_DIR", &env.data_dir);
+        } else {
+            command.env("DATABASE_URL", &env.database_url);
+        }
+        let child = command
             .arg("serve")
             // A developer's own settings must not turn on API keys or point
             // the server elsewhere.
             .env_remove("ENGRAM_API_KEYS")
             .env_remove("ENGRAM_CONFIG")
-            .env("DATABASE_URL", &env.database_url)
             .env("REDIS_URL", &env.redis_url)
             .env("ENGRAM_LISTEN", &env.listen)
             .env("ENGRAM_AUTH__DEFAULT_TENANT", &env.tenant)
@@ -256,12 +265,25 @@ async fn acknowledged_writes_survive_kill_9_of_the_server() {
     let database_url = std::env::var("ENGRAM_TEST_DATABASE_URL").expect(
         "ENGRAM_TEST_DATABASE_URL is not set: run the tests with scripts/test.sh, which starts Postgres and Redis",
     );
+    kill_9_and_restart(database_url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn acknowledged_writes_survive_kill_9_of_the_embedded_server() {
+    kill_9_and_restart(String::new()).await;
+}
+
+/// Writes until `ACKED_BEFORE_KILL` acknowledgements, kills the server with
+/// SIGKILL, restarts it and reads every acknowledged id back.
+async fn kill_9_and_restart(database_url: String) {
     let redis_url = std::env::var("ENGRAM_TEST_REDIS_URL").expect(
         "ENGRAM_TEST_REDIS_URL is not set: run the tests with scripts/test.sh, which starts Postgres and Redis",
     );
     let run = Uuid::new_v4().simple().to_string();
+    let data_dir = std::env::temp_dir().join(format!("engram-crash-{run}")).to_string_lossy().into_owned();
     let env = ServerEnv {
         database_url,
+        data_dir,
         redis_url,
         listen: format!("127.0.0.1:{}", free_port()),
         tenant: format!("t-crash-{run}"),

@@ -57,10 +57,9 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
 pub async fn metrics(State(state): State<AppState>) -> Response {
-    if let Some(pool) = &state.pg_pool {
-        metrics::gauge!("engram_db_pool_connections", "state" => "open").set(pool.size() as f64);
-        metrics::gauge!("engram_db_pool_connections", "state" => "idle").set(pool.num_idle() as f64);
-    }
+    let (open, idle) = state.db_pool.connections();
+    metrics::gauge!("engram_db_pool_connections", "state" => "open").set(f64::from(open));
+    metrics::gauge!("engram_db_pool_connections", "state" => "idle").set(idle as f64);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render()).into_response()
 }
 

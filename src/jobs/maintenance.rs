@@ -7,10 +7,10 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
-use crate::store::postgres::PgStore;
+use crate::store::Backend;
 
 pub struct Maintenance {
-    pub store: PgStore,
+    pub store: Backend,
     pub clock: Arc<dyn Clock>,
     pub partitions_ahead_months: u32,
 }
@@ -24,7 +24,11 @@ pub struct Report {
 impl Maintenance {
     pub async fn run_once(&self) -> anyhow::Result<Report> {
         let now = self.clock.now();
-        let partitions_created = self.store.ensure_partitions(now, self.partitions_ahead_months).await?;
+        // Only Postgres partitions episodic memory by month.
+        let partitions_created = match self.store.pg() {
+            Some(pg) => pg.ensure_partitions(now, self.partitions_ahead_months).await?,
+            None => 0,
+        };
         let idempotency_keys_deleted = self.store.forget_idempotency_keys(now).await?;
         Ok(Report { partitions_created, idempotency_keys_deleted })
     }

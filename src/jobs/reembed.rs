@@ -17,10 +17,10 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::Clock;
 use crate::domain::Tier;
 use crate::embed::Embedder;
-use crate::store::postgres::PgStore;
+use crate::store::Backend;
 
 pub struct Reembed {
-    pub store: PgStore,
+    pub store: Backend,
     pub embedder: Arc<dyn Embedder>,
     pub clock: Arc<dyn Clock>,
     pub batch: usize,

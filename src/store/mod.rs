@@ -250,3 +250,70 @@ pub trait SkillCache: Send + Sync {
     async fn put(&self, tenant: &str, memory: &Memory) -> StoreResult<()>;
     async fn evict(&self, tenant: &str, id: Uuid) -> StoreResult<()>;
 }
+
+/// The configured storage: which backends serve the tiers. Cheap to clone.
+#[derive(Clone)]
+pub enum Backend {
+    /// Postgres for the persistent tiers; Redis for working memory and the skill cache.
+    Postgres { pg: postgres::PgStore, redis: redis::RedisStore },
+    /// One SQLite database in the data directory for everything.
+    Embedded(sqlite::SqliteStore),
+}
+
+impl Backend {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Backend::Postgres { .. } => "postgres",
+            Backend::Embedded(_) => "embedded",
+        }
+    }
+
+    /// The Postgres store, when that is the backend.
+    pub fn pg(&self) -> Option<&postgres::PgStore> {
+        match self {
+            Backend::Postgres { pg, .. } => Some(pg),
+            Backend::Embedded(_) => None,
+        }
+    }
+
+    /// Rows whose vector is missing or of another model than `model`.
+    pub async fn reembed_pending(&self, model: &str) -> StoreResult<i64> {
+        match self {
+            Backend::Postgres { pg, .. } => pg.reembed_pending(model).await,
+            Backend::Embedded(s) => s.reembed_pending(model).await,
+        }
+    }
+
+    /// Re-embeds up to `batch` rows of `tier` with `embedder`; returns how many moved.
+    pub async fn reembed_batch(
+        &self,
+        tier: Tier,
+        embedder: &dyn crate::embed::Embedder,
+        batch: usize,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<usize> {
+        match self {
+            Backend::Postgres { pg, .. } => pg.reembed_batch(tier, embedder, batch, now).await,
+            Backend::Embedded(s) => s.reembed_batch(tier, embedder, batch, now).await,
+        }
+    }
+
+    /// Deletes idempotency keys past their time to live; returns how many.
+    pub async fn forget_idempotency_keys(&self, now: DateTime<Utc>) -> anyhow::Result<u64> {
+        match self {
+            Backend::Postgres { pg, .. } => pg.forget_idempotency_keys(now).await,
+            Backend::Embedded(s) => s.forget_idempotency_keys(now).await,
+        }
+    }
+
+    /// Closes connections (after the server stopped).
+    pub async fn close(&self) {
+        match self {
+            Backend::Postgres { pg, redis } => {
+                redis.shutdown().await;
+                pg.pool().close().await;
+            }
+            Backend::Embedded(s) => s.close().await,
+        }
+    }
+}

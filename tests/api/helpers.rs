@@ -1,5 +1,10 @@
 //! Test harness: spawns the app on port 0 with a unique tenant, a unique
 //! Redis prefix and a clock the test controls.
+//!
+//! The backend comes from `ENGRAM_TEST_BACKEND`: `postgres` (the default:
+//! Postgres + Redis from scripts/test.sh) or `embedded` (a SQLite data
+//! directory of its own per app). scripts/test.sh runs this suite once with
+//! each; a test that only makes sense on one backend says so and returns.
 
 use std::sync::{Arc, Mutex};
 
@@ -7,6 +12,7 @@ use chrono::{DateTime, Duration, Utc};
 use engram::clock::Clock;
 use engram::config::{Config, EmbeddingProvider};
 use engram::store::postgres::PgStore;
+use engram::store::{Backend, MemoryStore};
 use reqwest::{Response, StatusCode};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -35,7 +41,9 @@ pub struct TestApp {
     pub base: String,
     pub client: reqwest::Client,
     pub clock: Arc<ManualClock>,
-    pub pg: PgStore,
+    pub backend: Backend,
+    /// The app's persistent store, for store-level checks on either backend.
+    pub store: Arc<dyn MemoryStore>,
     pub config: Config,
     /// Bearer key sent with every request, when the app has keys.
     pub api_key: Option<String>,
@@ -48,10 +56,23 @@ impl Drop for TestApp {
     }
 }
 
-pub fn test_config() -> Config {
-    let db = std::env::var("ENGRAM_TEST_DATABASE_URL").expect(
+/// Whether this run tests the embedded backend (`ENGRAM_TEST_BACKEND=embedded`).
+pub fn embedded() -> bool {
+    match std::env::var("ENGRAM_TEST_BACKEND").as_deref() {
+        Ok("embedded") => true,
+        Ok("postgres") | Err(_) => false,
+        Ok(other) => panic!("ENGRAM_TEST_BACKEND must be postgres or embedded, not {other}"),
+    }
+}
+
+fn test_database_url() -> String {
+    std::env::var("ENGRAM_TEST_DATABASE_URL").expect(
         "ENGRAM_TEST_DATABASE_URL is not set: run the tests with scripts/test.sh, which starts Postgres and Redis",
-    );
+    )
+}
+
+pub fn test_config() -> Config {
+    let db = if embedded() { String::new() } else { test_database_url() };
     let redis = std::env::var("ENGRAM_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let mut c = Config::default();
     c.database.url = db;
@@ -59,6 +80,8 @@ pub fn test_config() -> Config {
     c.redis.url = redis;
     c.redis.key_prefix = format!("engram-test-{}", Uuid::new_v4().simple());
     c.auth.default_tenant = format!("t-{}", Uuid::new_v4().simple());
+    c.embedded.data_dir =
+        std::env::temp_dir().join(format!("engram-test-{}", Uuid::new_v4().simple())).to_string_lossy().into_owned();
     c.embedding.provider = EmbeddingProvider::LexicalHash;
     c.server.shutdown_grace_ms = 1_000;
     c
@@ -66,7 +89,7 @@ pub fn test_config() -> Config {
 
 /// Drops a database made by `fresh_database`, with whatever is still connected.
 pub async fn drop_database(url: &str) {
-    let admin = sqlx::PgPool::connect(&test_config().database.url).await.unwrap();
+    let admin = sqlx::PgPool::connect(&test_database_url()).await.unwrap();
     let name = url.rsplit('/').next().unwrap().to_string();
     sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
         .execute(&admin)
@@ -91,7 +114,7 @@ pub fn use_local_model(c: &mut Config) {
 /// A new, empty database next to the test database, for tests that work on
 /// every row of a table (not only their tenant's). Returns its URL.
 pub async fn fresh_database() -> String {
-    let base = test_config().database.url;
+    let base = test_database_url();
     let name = format!("engram_test_{}", Uuid::new_v4().simple());
     let admin = sqlx::PgPool::connect(&base).await.expect("test database reachable");
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&admin).await.unwrap();
@@ -112,15 +135,26 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
     tweak(&mut config);
     let clock = Arc::new(ManualClock(Mutex::new(Utc::now())));
     let app = engram::app::build_with_clock(config.clone(), clock.clone()).await.expect("app builds");
-    let pg = app.pg.clone();
+    let backend = app.backend.clone();
+    let store = app.state.service.store.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let shutdown = CancellationToken::new();
     tokio::spawn(engram::app::run(listener, app, shutdown.clone()));
-    TestApp { base, client: reqwest::Client::new(), clock, pg, config, api_key: None, shutdown }
+    TestApp { base, client: reqwest::Client::new(), clock, backend, store, config, api_key: None, shutdown }
 }
 
 impl TestApp {
+    /// The Postgres store, or None (with a note on stderr) on the embedded
+    /// backend: for tests of what only the Postgres backend has.
+    pub fn postgres_only(&self, what: &str) -> Option<&PgStore> {
+        let pg = self.backend.pg();
+        if pg.is_none() {
+            eprintln!("skipped on the embedded backend: {what} is Postgres-only");
+        }
+        pg
+    }
+
     fn auth(&self, rb: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
         match &self.api_key {
             Some(k) => rb.bearer_auth(k),
@@ -133,7 +167,8 @@ impl TestApp {
             base: self.base.clone(),
             client: self.client.clone(),
             clock: self.clock.clone(),
-            pg: self.pg.clone(),
+            backend: self.backend.clone(),
+            store: self.store.clone(),
             config: self.config.clone(),
             api_key: Some(key.to_string()),
             // A second handle must not stop the server when dropped.

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::helpers::{
-    TestApp, drop_database, expect_error, fresh_database, spawn_app, spawn_app_with, use_local_model,
+    TestApp, drop_database, embedded, expect_error, fresh_database, spawn_app, spawn_app_with, use_local_model,
 };
 
 async fn search(app: &TestApp, body: Value) -> Vec<Value> {
@@ -294,10 +294,12 @@ async fn a_long_memory_is_shortened_rather_than_dropped() {
 async fn the_bundled_model_finds_memories_that_share_no_word_with_the_query() {
     // A database of its own: the other tests' servers run another model, and
     // a server re-embeds every row that is not of its model.
-    let db = fresh_database().await;
+    let db = if embedded() { None } else { Some(fresh_database().await) };
     let app = spawn_app_with(|c| {
         use_local_model(c);
-        c.database.url = db.clone();
+        if let Some(db) = &db {
+            c.database.url = db.clone();
+        }
     })
     .await;
     for text in [
@@ -313,7 +315,9 @@ async fn the_bundled_model_finds_memories_that_share_no_word_with_the_query() {
     // No query word in any memory: the relevance is the cosine alone (its 0.6 share).
     assert!(results.iter().all(|r| r["components"]["relevance"].as_f64().unwrap() <= 0.6));
     drop(app);
-    drop_database(&db).await;
+    if let Some(db) = db {
+        drop_database(&db).await;
+    }
 }
 
 #[tokio::test]
@@ -338,7 +342,7 @@ async fn each_leg_scores_the_other_legs_candidates_too() {
         // One row per leg: whatever one leg alone found still carries both scores.
         per_leg: 1,
     };
-    let hits = engram::store::MemoryStore::search(&app.pg, &tenant, &query, app.clock.now()).await.unwrap();
+    let hits = app.store.search(&tenant, &query, app.clock.now()).await.unwrap();
     assert!(!hits.hits.is_empty());
     for h in &hits.hits {
         assert!(h.similarity.is_some_and(|s| s > 0.0), "{}: no cosine", h.memory.content);
@@ -348,7 +352,7 @@ async fn each_leg_scores_the_other_legs_candidates_too() {
     // Every row: "a basket of red apples" has no query word, so the vector
     // leg found it, with a text rank of 0.
     query.per_leg = 3;
-    let hits = engram::store::MemoryStore::search(&app.pg, &tenant, &query, app.clock.now()).await.unwrap();
+    let hits = app.store.search(&tenant, &query, app.clock.now()).await.unwrap();
     assert_eq!(hits.hits.len(), 3);
     let apples = hits.hits.iter().find(|h| h.memory.content == "a basket of red apples").unwrap();
     assert_eq!(apples.text_rank, Some(0.0));

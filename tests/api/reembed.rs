@@ -5,7 +5,7 @@
 use engram::config::{EmbeddingProvider, OpenAiConfig};
 use engram::domain::Tier;
 use engram::jobs::reembed::Reembed;
-use engram::store::{MemoryStore, SearchQuery};
+use engram::store::SearchQuery;
 use serde_json::json;
 
 use crate::helpers::{drop_database, fresh_database, spawn_app_with, use_local_model};
@@ -69,7 +69,7 @@ async fn a_model_change_reembeds_in_the_background_and_never_mixes_vector_spaces
 
     // Before re-embedding: only the e5 memory is compared by vector; the
     // MiniLM ones are still found, by full text, with no similarity.
-    let hits = new.pg.search(&tenant, &query, now).await.unwrap();
+    let hits = new.store.search(&tenant, &query, now).await.unwrap();
     let by_vector: Vec<&str> =
         hits.hits.iter().filter(|h| h.similarity.is_some()).map(|h| h.memory.content.as_str()).collect();
     assert_eq!(by_vector, ["The user's cat Miso likes tuna"]);
@@ -80,11 +80,11 @@ async fn a_model_change_reembeds_in_the_background_and_never_mixes_vector_spaces
             .all(|h| h.memory.embedding_model.as_deref() == Some(&model))
     );
     assert!(hits.hits.iter().any(|h| h.memory.content == "The user's cat is called Miso" && h.text_rank.is_some()));
-    assert!(new.pg.reembed_pending(&model).await.unwrap() > 0);
+    assert!(new.backend.reembed_pending(&model).await.unwrap() > 0);
 
     // Step the job until nothing is pending.
     let job = Reembed {
-        store: new.pg.clone(),
+        store: new.backend.clone(),
         embedder: embedder.clone(),
         clock: std::sync::Arc::new(engram::clock::SystemClock),
         batch: 500,
@@ -95,10 +95,10 @@ async fn a_model_change_reembeds_in_the_background_and_never_mixes_vector_spaces
             break;
         }
     }
-    assert_eq!(new.pg.reembed_pending(&model).await.unwrap(), 0);
+    assert_eq!(new.backend.reembed_pending(&model).await.unwrap(), 0);
 
     // After: every memory is in e5's space and found by vector.
-    let hits = new.pg.search(&tenant, &query, now).await.unwrap();
+    let hits = new.store.search(&tenant, &query, now).await.unwrap();
     let mut by_vector: Vec<&str> =
         hits.hits.iter().filter(|h| h.similarity.is_some()).map(|h| h.memory.content.as_str()).collect();
     by_vector.sort();

@@ -10,7 +10,8 @@ use crate::helpers::spawn_app;
 #[tokio::test]
 async fn episodes_land_in_monthly_partitions_and_late_partitions_adopt_default_rows() {
     let app = spawn_app().await;
-    let pool = app.pg.pool();
+    let Some(pg) = app.postgres_only("monthly partitioning") else { return };
+    let pool = pg.pool();
     let now = app.clock.now_plus(Duration::zero());
     // Startup created this month's partition and the configured months ahead.
     let this_month = format!("episodic_memory_{}", now.format("%Y_%m"));
@@ -37,7 +38,7 @@ async fn episodes_land_in_monthly_partitions_and_late_partitions_adopt_default_r
     let before = home().await;
     assert!(before == "episodic_memory_default" || before == "episodic_memory_2041_03", "{before}");
     // ... and moves into its month when that partition is created.
-    app.pg.ensure_partitions(far, 0).await.unwrap();
+    pg.ensure_partitions(far, 0).await.unwrap();
     assert_eq!(home().await, "episodic_memory_2041_03");
     let (status, got) = app.get_json(&format!("/v1/memories/{id}")).await;
     assert_eq!(status, StatusCode::OK);
@@ -47,7 +48,8 @@ async fn episodes_land_in_monthly_partitions_and_late_partitions_adopt_default_r
 #[tokio::test]
 async fn each_embedding_model_gets_a_partial_hnsw_index_per_table() {
     let app = spawn_app().await;
-    let pool = app.pg.pool();
+    let Some(pg) = app.postgres_only("the HNSW index per model") else { return };
+    let pool = pg.pool();
     for table in ["episodic_memory", "semantic_memory", "procedural_memory"] {
         let name = engram::store::postgres::index_name(table, "lexical-hash-v1-384");
         let def: Option<String> = sqlx::query_scalar("SELECT indexdef FROM pg_indexes WHERE indexname = $1")
@@ -61,6 +63,6 @@ async fn each_embedding_model_gets_a_partial_hnsw_index_per_table() {
         assert!(def.contains("embedding_model = 'lexical-hash-v1-384'"), "{def}");
     }
     // A model re-registered with another size is refused.
-    let err = app.pg.ensure_model("lexical-hash-v1-384", 512).await.unwrap_err().to_string();
+    let err = pg.ensure_model("lexical-hash-v1-384", 512).await.unwrap_err().to_string();
     assert!(err.contains("384"), "{err}");
 }

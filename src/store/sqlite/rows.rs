@@ -12,11 +12,17 @@ use crate::store::StoreError;
 /// Every column a `MemoryRow` reads, in table order, each prefixed with `m.`
 /// (queries alias `memories` as `m`, which also keeps them unambiguous in
 /// joins with the full-text table).
-pub const COLUMNS: &str = "m.seq, m.id, m.tier, m.agent_id, m.user_id, m.session_id, m.content, m.importance, \
+///
+/// Real-valued columns are read through CAST: SQLite hands back a whole
+/// number computed by an expression (the generated success_rate of 1/1, say)
+/// as an INTEGER, which does not decode as a float.
+pub const COLUMNS: &str = "m.seq, m.id, m.tier, m.agent_id, m.user_id, m.session_id, m.content, \
+    cast(m.importance as real) as importance, \
     m.retention, m.metadata, m.private, m.occurred_at, m.created_at, m.updated_at, m.expires_at, m.access_count, \
     m.last_accessed_at, m.embedding_model, m.event_type, m.outcome, m.namespace, m.subject, m.predicate, m.object, \
-    m.confidence, m.source_episode_id, m.supersedes, m.valid_from, m.valid_until, m.skill_name, m.trigger_pattern, \
-    m.policy, m.tool_sequence, m.success_count, m.failure_count, m.success_rate, m.avg_reward, m.version";
+    cast(m.confidence as real) as confidence, m.source_episode_id, m.supersedes, m.valid_from, m.valid_until, m.skill_name, m.trigger_pattern, \
+    m.policy, m.tool_sequence, m.success_count, m.failure_count, \
+    cast(m.success_rate as real) as success_rate, cast(m.avg_reward as real) as avg_reward, m.version";
 
 /// The same names for a RETURNING clause, which takes no table alias.
 pub fn returning() -> String {
