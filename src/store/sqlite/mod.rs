@@ -4,6 +4,7 @@
 //! - `memories.rs`: `MemoryStore` (transactions, reads, listing, patches, history).
 //! - `write.rs`: the per-tier write rules (dedup, supersede, upsert, idempotency key).
 //! - `search.rs`: the two recall legs (FTS5 and the vector index).
+//! - `fts.rs`: user text to a safe, scoped FTS5 expression.
 //! - `vectors.rs`: the in-process vector index, rebuilt from the database at open.
 //! - `reembed.rs`: moving stored vectors to the configured model.
 //! - `working.rs`: `WorkingMemory` as a table, `SkillCache` as a map.
@@ -18,6 +19,7 @@
 //!
 //! Must not: know about HTTP, or be used by two processes on one directory.
 
+mod fts;
 mod memories;
 mod reembed;
 mod rows;
