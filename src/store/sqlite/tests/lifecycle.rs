@@ -242,3 +242,59 @@ async fn concurrent_writers_and_searches_all_succeed_and_keep_one_valid_fact_per
     let hits = store.search("t1", &query("a", "", emb("m1", &[1.0, 0.0, 0.0])), at(200)).await.unwrap();
     assert_eq!(hits.hits.len(), 5);
 }
+
+/// The other half of `acknowledged_writes_survive_a_kill_9`: run in a child
+/// process of this test binary, it writes, says so on stdout, and waits to
+/// be killed. Does nothing when run on its own.
+#[tokio::test]
+#[ignore = "run by acknowledged_writes_survive_a_kill_9 in a child process"]
+async fn crash_child_writes_then_waits_to_be_killed() {
+    let Ok(dir) = std::env::var("ENGRAM_TEST_CRASH_DIR") else { return };
+    let store = SqliteStore::open(std::path::Path::new(&dir), &SqliteSettings::default()).await.unwrap();
+    let m = write_one(
+        &store,
+        "t1",
+        prepared(new_memory(Tier::Episodic, "a", "Written just before the crash."), emb("m1", &[1.0, 0.0])),
+        at(0),
+    )
+    .await;
+    let w = working_entry("a", "s", "working entry before the crash");
+    store.working_memory().append("t1", std::slice::from_ref(&w), Utc::now()).await.unwrap();
+    println!("ACK {} {}", m.id, w.id);
+    tokio::time::sleep(Duration::from_secs(600)).await;
+}
+
+#[tokio::test]
+async fn acknowledged_writes_survive_a_kill_9() {
+    use std::io::BufRead;
+
+    let dir = TempDir::new();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "store::sqlite::tests::lifecycle::crash_child_writes_then_waits_to_be_killed"])
+        .args(["--ignored", "--nocapture", "--test-threads=1"])
+        .env("ENGRAM_TEST_CRASH_DIR", &dir.0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    // The harness prints "test NAME ... " without a newline before the child's line.
+    let ack = stdout
+        .lines()
+        .map(|l| l.unwrap())
+        .find_map(|l| l.find("ACK ").map(|at| l[at..].to_string()))
+        .expect("the child acknowledges");
+    // SIGKILL: no destructor, no close, no checkpoint.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let ids: Vec<Uuid> = ack.split(' ').skip(1).map(|s| s.parse().unwrap()).collect();
+
+    // The lock died with the process; the writes did not.
+    let store = open(&dir).await;
+    let m = store.get("t1", ids[0], at(1)).await.unwrap();
+    assert_eq!(m.content, "Written just before the crash.");
+    let hits = store.search("t1", &query("a", "", emb("m1", &[1.0, 0.0])), at(1)).await.unwrap();
+    assert_eq!(hits.hits.iter().map(|h| h.memory.id).collect::<Vec<_>>(), vec![ids[0]]);
+    let w = store.working_memory().get("t1", ids[1]).await.unwrap().expect("the working entry");
+    assert_eq!(w.content, "working entry before the crash");
+}
