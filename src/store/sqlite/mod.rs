@@ -6,6 +6,7 @@
 //! - `search.rs`: the two recall legs (FTS5 and the vector index).
 //! - `vectors.rs`: the in-process vector index, rebuilt from the database at open.
 //! - `reembed.rs`: moving stored vectors to the configured model.
+//! - `transfer.rs`: export and import, rows copied as they are.
 //! - `working.rs`: `WorkingMemory` as a table, `SkillCache` as a map.
 //! - `rows.rs`: the row shape and its conversion to `Memory`.
 //!
@@ -22,6 +23,7 @@ mod memories;
 mod reembed;
 mod rows;
 mod search;
+mod transfer;
 mod vectors;
 mod working;
 mod write;
