@@ -81,34 +81,10 @@ pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::
     for notice in &config.notices {
         tracing::info!("{notice}");
     }
-    let (backend, db_pool) = if config.database.url.is_empty() {
-        let dir = std::path::Path::new(&config.embedded.data_dir);
-        let settings = SqliteSettings {
-            idempotency_ttl_hours: config.idempotency.ttl_hours,
-            working_max_entries: config.redis.working_max_entries,
-            max_connections: config.embedded.max_connections,
-            busy_timeout: Duration::from_millis(config.embedded.busy_timeout_ms),
-        };
-        let store = SqliteStore::open(dir, &settings).await?;
-        let shown = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
-        tracing::info!(data_dir = %shown.display(), "embedded backend: every tier in one SQLite database; no Postgres or Redis");
-        let pool = DbPool::Sqlite(store.pool().clone());
-        (Backend::Embedded(store), pool)
-    } else {
-        let pool = postgres::connect_lazy(&config.database, &config.search)?;
-        if config.database.migrate_on_start {
-            postgres::migrate(&pool).await?;
-        }
-        let pg = PgStore::new(pool.clone(), config.idempotency.ttl_hours);
-        let created = pg
-            .ensure_partitions(clock.now(), config.database.partitions_ahead_months)
-            .await
-            .context("preparing episodic partitions (did migrations run? try `engram migrate`)")?;
-        if created > 0 {
-            tracing::info!(created, "created episodic partitions");
-        }
-        let redis = RedisStore::connect(&config.redis).context("configuring Redis")?;
-        (Backend::Postgres { pg, redis }, DbPool::Postgres(pool))
+    let backend = open_backend(&config, clock.now()).await?;
+    let db_pool = match &backend {
+        Backend::Postgres { pg, .. } => DbPool::Postgres(pg.pool().clone()),
+        Backend::Embedded(s) => DbPool::Sqlite(s.pool().clone()),
     };
     let embedder = embed::from_config(&config.embedding)?;
     match &embedder {
@@ -163,6 +139,41 @@ pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::
         request_timeout_ms: config.server.request_timeout_ms,
     };
     Ok(App { state, access_rx: Some(access_rx), backend, config })
+}
+
+/// Opens the configured storage: Postgres and Redis when a database URL is
+/// set (migrating when configured, and creating the episodic partitions of
+/// the months around `now`), else the embedded database in the data
+/// directory. Used by the server and by `engram export`/`import`.
+pub async fn open_backend(config: &Config, now: chrono::DateTime<chrono::Utc>) -> anyhow::Result<Backend> {
+    if config.database.url.is_empty() {
+        let dir = std::path::Path::new(&config.embedded.data_dir);
+        let settings = SqliteSettings {
+            idempotency_ttl_hours: config.idempotency.ttl_hours,
+            working_max_entries: config.redis.working_max_entries,
+            max_connections: config.embedded.max_connections,
+            busy_timeout: Duration::from_millis(config.embedded.busy_timeout_ms),
+        };
+        let store = SqliteStore::open(dir, &settings).await?;
+        let shown = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+        tracing::info!(data_dir = %shown.display(), "embedded backend: every tier in one SQLite database; no Postgres or Redis");
+        Ok(Backend::Embedded(store))
+    } else {
+        let pool = postgres::connect_lazy(&config.database, &config.search)?;
+        if config.database.migrate_on_start {
+            postgres::migrate(&pool).await?;
+        }
+        let pg = PgStore::new(pool, config.idempotency.ttl_hours);
+        let created = pg
+            .ensure_partitions(now, config.database.partitions_ahead_months)
+            .await
+            .context("preparing episodic partitions (did migrations run? try `engram migrate`)")?;
+        if created > 0 {
+            tracing::info!(created, "created episodic partitions");
+        }
+        let redis = RedisStore::connect(&config.redis).context("configuring Redis")?;
+        Ok(Backend::Postgres { pg, redis })
+    }
 }
 
 /// Serves until `shutdown` is cancelled, then drains requests (bounded by

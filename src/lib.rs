@@ -8,6 +8,7 @@
 //! - [`store`]: the storage traits and their backends (Postgres, Redis).
 //! - [`embed`]: embedders behind one trait.
 //! - [`jobs`]: background upkeep (partitions, expired idempotency keys).
+//! - [`transfer`]: `engram export` and `engram import`, a tenant as JSON Lines.
 //! - [`app`]: builds the state, runs the server, shuts it down.
 //! - [`config`], [`error`], [`telemetry`], [`clock`]: the plumbing.
 
@@ -23,3 +24,4 @@ pub mod recall;
 pub mod service;
 pub mod store;
 pub mod telemetry;
+pub mod transfer;

@@ -1,5 +1,5 @@
-//! The `engram` command: serve, migrate, print the OpenAPI document, print
-//! the effective configuration.
+//! The `engram` command: serve, migrate, export and import a tenant, print
+//! the OpenAPI document, print the effective configuration.
 
 use std::path::PathBuf;
 
@@ -33,6 +33,28 @@ enum Command {
     },
     /// Apply pending database migrations (Postgres, or the embedded database) and exit.
     Migrate,
+    /// Write every memory of a tenant (all tiers) as JSON Lines, from the
+    /// configured backend.
+    Export {
+        /// The tenant to export.
+        #[arg(long)]
+        tenant: String,
+        /// Include each memory's vector (else the importing side re-embeds).
+        #[arg(long)]
+        vectors: bool,
+        /// Write to this file instead of standard output.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+    /// Read an export into the configured backend; memories whose id exists
+    /// are skipped, so an import can be re-run.
+    Import {
+        /// Import as this tenant instead of the one in the file's header.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// The export to read; `-` or nothing reads standard input.
+        file: Option<PathBuf>,
+    },
     /// Print the OpenAPI document.
     Openapi,
     /// Print the effective configuration, secrets masked.
@@ -70,6 +92,10 @@ fn main() -> std::process::ExitCode {
         }
         Command::Migrate => runtime().and_then(|rt| rt.block_on(migrate(config))),
         Command::Serve { .. } => runtime().and_then(|rt| rt.block_on(serve(config))),
+        Command::Export { tenant, vectors, output } => {
+            runtime().and_then(|rt| rt.block_on(export(config, tenant, vectors, output)))
+        }
+        Command::Import { tenant, file } => runtime().and_then(|rt| rt.block_on(import(config, tenant, file))),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -109,4 +135,42 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     engram::app::cancel_on_signal(shutdown.clone());
     engram::app::run(listener, app, shutdown).await
+}
+
+async fn export(config: Config, tenant: String, vectors: bool, output: Option<PathBuf>) -> anyhow::Result<()> {
+    engram::telemetry::init_logging(&config.log);
+    let now = chrono::Utc::now();
+    let backend = engram::app::open_backend(&config, now).await?;
+    let counts = match &output {
+        Some(path) => {
+            let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+            let mut out = std::io::BufWriter::new(file);
+            engram::transfer::export(&backend, &tenant, vectors, &mut out, now).await
+        }
+        None => {
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            engram::transfer::export(&backend, &tenant, vectors, &mut out, now).await
+        }
+    };
+    backend.close().await;
+    let counts = counts?;
+    let listed: Vec<String> = counts.iter().map(|(tier, n)| format!("{} {n}", tier.as_str())).collect();
+    eprintln!("exported tenant {tenant}: {}", listed.join(", "));
+    Ok(())
+}
+
+async fn import(config: Config, tenant: Option<String>, file: Option<PathBuf>) -> anyhow::Result<()> {
+    engram::telemetry::init_logging(&config.log);
+    let now = chrono::Utc::now();
+    let backend = engram::app::open_backend(&config, now).await?;
+    let summary = match file.filter(|f| f.as_os_str() != "-") {
+        Some(path) => {
+            let file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+            engram::transfer::import(&backend, tenant.as_deref(), std::io::BufReader::new(file), now).await
+        }
+        None => engram::transfer::import(&backend, tenant.as_deref(), std::io::stdin().lock(), now).await,
+    };
+    backend.close().await;
+    print!("{}", summary?);
+    Ok(())
 }

@@ -42,6 +42,19 @@ pub struct PreparedMemory {
     pub embedding: Option<Embedding>,
 }
 
+/// A persistent memory as stored, with what `Memory` leaves out: the content
+/// hash, a skill's reward count and (when asked for) the vector. The unit of
+/// export and import, which copy rows as they are, without the write rules.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredMemory {
+    pub memory: Memory,
+    /// Hex SHA-256 of the normalised content.
+    pub content_hash: String,
+    /// Procedural only: how many rewards `avg_reward` is the mean of.
+    pub reward_count: Option<i32>,
+    pub embedding: Option<Embedding>,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Embedding {
     pub model: String,
@@ -295,6 +308,50 @@ impl Backend {
         match self {
             Backend::Postgres { pg, .. } => pg.reembed_batch(tier, embedder, batch, now).await,
             Backend::Embedded(s) => s.reembed_batch(tier, embedder, batch, now).await,
+        }
+    }
+
+    /// Up to `limit` live memories of one persistent tier, superseded facts
+    /// included, in (created_at, id) order after `after`; with their vectors
+    /// when `vectors` is set.
+    pub async fn export_page(
+        &self,
+        tenant: &str,
+        tier: Tier,
+        after: Option<Cursor>,
+        limit: usize,
+        vectors: bool,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<StoredMemory>> {
+        match self {
+            Backend::Postgres { pg, .. } => pg.export_page(tenant, tier, after, limit, vectors, now).await,
+            Backend::Embedded(s) => s.export_page(tenant, tier, after, limit, vectors, now).await,
+        }
+    }
+
+    /// Inserts persistent memories exactly as given, in one transaction;
+    /// a memory whose id the tenant already has is left alone. Returns, per
+    /// memory, whether it was inserted.
+    pub async fn import_batch(&self, tenant: &str, rows: &[StoredMemory]) -> anyhow::Result<Vec<bool>> {
+        match self {
+            Backend::Postgres { pg, .. } => pg.import_batch(tenant, rows).await,
+            Backend::Embedded(s) => s.import_batch(tenant, rows).await,
+        }
+    }
+
+    /// Every live working-memory entry of a tenant, each session oldest first.
+    pub async fn working_entries(&self, tenant: &str) -> StoreResult<Vec<Memory>> {
+        match self {
+            Backend::Postgres { redis, .. } => redis.entries(tenant).await,
+            Backend::Embedded(s) => s.working_memory().entries(tenant).await,
+        }
+    }
+
+    /// The working memory of this backend.
+    pub fn working_memory(&self) -> std::sync::Arc<dyn WorkingMemory> {
+        match self {
+            Backend::Postgres { redis, .. } => std::sync::Arc::new(redis.clone()),
+            Backend::Embedded(s) => std::sync::Arc::new(s.working_memory()),
         }
     }
 

@@ -121,10 +121,49 @@ impl RedisStore {
         pipeline.all().await.map_err(|e| self.unavailable(e))
     }
 
+    /// Every live working-memory entry of a tenant, session by session (in
+    /// key order), each session oldest first (for export). The session
+    /// lists are found with SCAN, which never blocks Redis.
+    pub async fn entries(&self, tenant: &str) -> StoreResult<Vec<Memory>> {
+        use futures::TryStreamExt;
+        let pattern = format!("{}:{}:wm:s:*", glob_escape(&self.prefix), glob_escape(&esc(tenant)));
+        let client = self.pool.next();
+        let keys: Vec<fred::types::Key> = if client.is_clustered() {
+            client.scan_cluster_buffered(pattern, Some(500), None).try_collect().await
+        } else {
+            client.scan_buffered(pattern, Some(500), None).try_collect().await
+        }
+        .map_err(|e| self.unavailable(e))?;
+        let mut sessions: Vec<String> = keys.into_iter().filter_map(|k| k.into_string()).collect();
+        sessions.sort();
+        let mut out = Vec::new();
+        for session in sessions {
+            let ids: Vec<String> = self.pool.lrange(session, 0, -1).await.map_err(|e| self.unavailable(e))?;
+            let keys =
+                ids.iter().filter_map(|id| id.parse::<Uuid>().ok()).map(|id| self.item_key(tenant, id)).collect();
+            for raw in self.get_many(keys).await?.into_iter().flatten() {
+                out.push(serde_json::from_str(&raw).map_err(|e| StoreError::Internal(e.into()))?);
+            }
+        }
+        Ok(out)
+    }
+
     /// Seconds until `expires_at`, at least 1 (None: no expiry).
     fn ttl_secs(expires_at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Option<i64> {
         expires_at.map(|e| (e - now).num_seconds().max(1))
     }
+}
+
+/// Escapes the characters a SCAN pattern treats as wildcards.
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 #[async_trait]

@@ -11,4 +11,5 @@ mod recall;
 mod reembed;
 mod schema;
 mod tenancy;
+mod transfer;
 mod working;

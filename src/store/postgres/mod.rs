@@ -1,11 +1,13 @@
 //! The Postgres backend of the persistent tiers: connection pool, migrations,
 //! episodic partitions and per-model vector indexes. The `MemoryStore`
-//! implementation itself is in `memories.rs`.
+//! implementation itself is in `memories.rs`; export and import of a tenant's
+//! rows in `transfer.rs`.
 
 mod memories;
 mod reembed;
 mod rows;
 mod search;
+mod transfer;
 
 use std::time::{Duration, Instant};
 

@@ -7,6 +7,7 @@
 //! - `fts.rs`: user text to a safe, scoped FTS5 expression.
 //! - `vectors.rs`: the in-process vector index, rebuilt from the database at open.
 //! - `reembed.rs`: moving stored vectors to the configured model.
+//! - `transfer.rs`: export and import, rows copied as they are.
 //! - `working.rs`: `WorkingMemory` as a table, `SkillCache` as a map.
 //! - `rows.rs`: the row shape and its conversion to `Memory`.
 //!
@@ -24,6 +25,7 @@ mod memories;
 mod reembed;
 mod rows;
 mod search;
+mod transfer;
 mod vectors;
 mod working;
 mod write;

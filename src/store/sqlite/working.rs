@@ -35,6 +35,20 @@ impl SqliteWorkingMemory {
     pub(super) fn new(inner: Arc<Inner>) -> Self {
         Self { inner }
     }
+
+    /// Every live entry of a tenant, in append order (for export).
+    pub async fn entries(&self, tenant: &str) -> StoreResult<Vec<Memory>> {
+        let entries: Vec<String> = sqlx::query_scalar(
+            "select entry from working_memory where tenant_id = ? and (expires_at is null or expires_at > ?) \
+             order by seq",
+        )
+        .bind(tenant)
+        .bind(micros(Utc::now()))
+        .fetch_all(&self.inner.pool)
+        .await
+        .map_err(store_error)?;
+        entries.iter().map(|e| parse(e)).collect()
+    }
 }
 
 /// The wall-clock deadline of an entry, in microseconds (None: never).
