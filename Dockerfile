@@ -1,6 +1,7 @@
 # engram: multi-stage build.
 #   docker build -t engram .
-#   docker run --rm -p 8080:8080 -e DATABASE_URL=... -e REDIS_URL=... engram
+#   docker run --rm -p 8080:8080 -v engram-data:/var/lib/engram engram      # embedded backend
+#   docker run --rm -p 8080:8080 -e DATABASE_URL=... -e REDIS_URL=... engram   # Postgres + Redis
 
 # ---------------------------------------------------------------- builder ---
 FROM rust:1.95-bookworm AS builder
@@ -46,7 +47,9 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 engram \
  && useradd --system --uid 10001 --gid 10001 --no-create-home \
-      --home-dir /nonexistent --shell /usr/sbin/nologin engram
+      --home-dir /nonexistent --shell /usr/sbin/nologin engram \
+ && mkdir -p /var/lib/engram \
+ && chown 10001:10001 /var/lib/engram
 
 COPY --from=builder /usr/local/bin/engram /usr/local/bin/engram
 COPY config/default.toml /etc/engram/default.toml
@@ -54,7 +57,10 @@ COPY --from=model /models /usr/share/engram/models
 
 ENV ENGRAM_LISTEN=0.0.0.0:8080 \
     ENGRAM_CONFIG=/etc/engram/default.toml \
-    ENGRAM_MODEL_DIR=/usr/share/engram/models/all-MiniLM-L6-v2
+    ENGRAM_MODEL_DIR=/usr/share/engram/models/all-MiniLM-L6-v2 \
+    ENGRAM_DATA_DIR=/var/lib/engram
+# The embedded backend's database (unused when DATABASE_URL is set).
+VOLUME /var/lib/engram
 EXPOSE 8080
 USER 10001:10001
 
