@@ -6,8 +6,8 @@
 #   scripts/bench-recall.sh SCIFACT_ZIP                  search and context at concurrency 1, 8, 32
 #   scripts/bench-recall.sh SCIFACT_ZIP --queries 1000   further arguments go to the program
 # SCIFACT_ZIP is the BEIR SciFact zip (corpus_train.csv, claims_*.csv); it is read, never
-# copied. The first load embeds about 150K distinct texts with the model on every core
-# (about half an hour on 2 cores; the vectors are cached in the database). The tables are
+# copied. The first load embeds about 160K distinct texts with the model on every core
+# (about an hour on 2 cores; the vectors are cached in the database). The tables are
 # printed at the end; copy them into bench/RESULTS.md with the machine.
 #
 # The server, Postgres and the load generator run on the same machine: on a small one
