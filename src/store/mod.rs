@@ -32,6 +32,37 @@ pub enum StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// A stored value engram does not know (a row written by something else, or
+/// by a newer version).
+pub(crate) fn corrupt(what: &str, value: &str) -> StoreError {
+    StoreError::Internal(anyhow::anyhow!("stored {what} {value:?} is not one engram knows"))
+}
+
+/// The kinds a stored row names as text, parsed the same way by every backend.
+pub(crate) struct RowKinds {
+    pub tier: Tier,
+    pub retention: crate::domain::Retention,
+    pub event_type: Option<crate::domain::EventType>,
+    pub outcome: Option<crate::domain::Outcome>,
+}
+
+impl RowKinds {
+    pub(crate) fn parse(
+        tier: &str,
+        retention: &str,
+        event_type: Option<&str>,
+        outcome: Option<&str>,
+    ) -> StoreResult<RowKinds> {
+        use crate::domain::{EventType, Outcome, Retention};
+        Ok(RowKinds {
+            tier: Tier::parse(tier).ok_or_else(|| corrupt("tier", tier))?,
+            retention: Retention::parse(retention).ok_or_else(|| corrupt("retention", retention))?,
+            event_type: event_type.map(|e| EventType::parse(e).ok_or_else(|| corrupt("event_type", e))).transpose()?,
+            outcome: outcome.map(|o| Outcome::parse(o).ok_or_else(|| corrupt("outcome", o))).transpose()?,
+        })
+    }
+}
+
 /// A write ready for storage: validated, classified, hashed and embedded.
 #[derive(Debug, Clone)]
 pub struct PreparedMemory {

@@ -6,8 +6,8 @@ use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::domain::{EventType, Memory, Outcome, Retention, Tier};
-use crate::store::StoreError;
+use crate::domain::{Memory, Tier};
+use crate::store::{RowKinds, StoreError};
 
 const COMMON: &str = "id, agent_id, user_id, session_id, content, importance, retention, metadata, private, \
     occurred_at, created_at, updated_at, expires_at, access_count::bigint AS access_count, last_accessed_at, \
@@ -110,24 +110,12 @@ pub struct MemoryRow {
     version: Option<i32>,
 }
 
-fn corrupt(what: &str, value: &str) -> StoreError {
-    StoreError::Internal(anyhow::anyhow!("stored {what} {value:?} is not one engram knows"))
-}
-
 impl TryFrom<MemoryRow> for Memory {
     type Error = StoreError;
 
     fn try_from(r: MemoryRow) -> Result<Self, StoreError> {
-        let tier = Tier::parse(&r.tier).ok_or_else(|| corrupt("tier", &r.tier))?;
-        let retention = Retention::parse(&r.retention).ok_or_else(|| corrupt("retention", &r.retention))?;
-        let event_type = match r.event_type {
-            Some(e) => Some(EventType::parse(&e).ok_or_else(|| corrupt("event_type", &e))?),
-            None => None,
-        };
-        let outcome = match r.outcome {
-            Some(o) => Some(Outcome::parse(&o).ok_or_else(|| corrupt("outcome", &o))?),
-            None => None,
-        };
+        let RowKinds { tier, retention, event_type, outcome } =
+            RowKinds::parse(&r.tier, &r.retention, r.event_type.as_deref(), r.outcome.as_deref())?;
         Ok(Memory {
             id: r.id,
             tier,

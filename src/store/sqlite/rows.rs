@@ -6,8 +6,8 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::from_micros;
-use crate::domain::{EventType, Memory, Outcome, Retention, Tier};
-use crate::store::StoreError;
+use crate::domain::Memory;
+use crate::store::{RowKinds, StoreError, corrupt};
 
 /// Every column a `MemoryRow` reads, in table order, each prefixed with `m.`
 /// (queries alias `memories` as `m`, which also keeps them unambiguous in
@@ -72,10 +72,6 @@ pub struct MemoryRow {
     version: Option<i32>,
 }
 
-fn corrupt(what: &str, value: &str) -> StoreError {
-    StoreError::Internal(anyhow::anyhow!("stored {what} {value:?} is not one engram knows"))
-}
-
 fn json(what: &str, text: &str) -> Result<Value, StoreError> {
     serde_json::from_str(text).map_err(|e| StoreError::Internal(anyhow::anyhow!("stored {what} is not JSON: {e}")))
 }
@@ -88,16 +84,8 @@ impl TryFrom<MemoryRow> for Memory {
     type Error = StoreError;
 
     fn try_from(r: MemoryRow) -> Result<Self, StoreError> {
-        let tier = Tier::parse(&r.tier).ok_or_else(|| corrupt("tier", &r.tier))?;
-        let retention = Retention::parse(&r.retention).ok_or_else(|| corrupt("retention", &r.retention))?;
-        let event_type = match r.event_type {
-            Some(e) => Some(EventType::parse(&e).ok_or_else(|| corrupt("event_type", &e))?),
-            None => None,
-        };
-        let outcome = match r.outcome {
-            Some(o) => Some(Outcome::parse(&o).ok_or_else(|| corrupt("outcome", &o))?),
-            None => None,
-        };
+        let RowKinds { tier, retention, event_type, outcome } =
+            RowKinds::parse(&r.tier, &r.retention, r.event_type.as_deref(), r.outcome.as_deref())?;
         let metadata: Map<String, Value> = match json("metadata", &r.metadata)? {
             Value::Object(map) => map,
             _ => return Err(corrupt("metadata", &r.metadata)),
