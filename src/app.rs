@@ -126,6 +126,8 @@ pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::
         agent_weights: config.agents.iter().filter_map(|(a, c)| c.weights.map(|w| (a.clone(), w))).collect(),
         dedup_cosine: config.search.dedup_cosine,
         vector_share: config.search.vector_share,
+        neighbour_share: config.search.neighbour_share,
+        relative_relevance: config.search.relative_relevance,
         context_candidates: config.search.context_candidates,
         access: Some(access),
     };

@@ -66,6 +66,13 @@ pub struct SearchConfig {
     pub dedup_cosine: f64,
     /// Share of relevance from the vector leg (cosine) when both legs ran; the rest from full text.
     pub vector_share: f64,
+    /// Share of the better neighbouring episode's relevance (the agent's
+    /// episode written just before or after) added to an episode's relevance;
+    /// 0 turns the neighbour lookup off.
+    pub neighbour_share: f64,
+    /// Divide the persistent tiers' relevance by the best candidate's, so the
+    /// best match of every query has relevance 1.
+    pub relative_relevance: bool,
     /// Candidates the context builder considers before packing.
     pub context_candidates: usize,
     /// A memory's retrievals within this many seconds of its last counted one
@@ -83,6 +90,8 @@ impl Default for SearchConfig {
             max_scan_tuples: 20_000,
             dedup_cosine: 0.95,
             vector_share: crate::domain::scoring::VECTOR_SHARE,
+            neighbour_share: crate::domain::scoring::NEIGHBOUR_SHARE,
+            relative_relevance: true,
             context_candidates: 200,
             access_interval_secs: 3600,
         }
@@ -485,6 +494,9 @@ impl Config {
         }
         if !(0.0..=1.0).contains(&self.search.vector_share) {
             return bad("search.vector_share", "must be between 0 and 1");
+        }
+        if !(0.0..=1.0).contains(&self.search.neighbour_share) {
+            return bad("search.neighbour_share", "must be between 0 and 1");
         }
         if self.search.context_candidates == 0 || self.search.context_candidates > 1000 {
             return bad("search.context_candidates", "must be between 1 and 1000");

@@ -9,7 +9,7 @@
 //! stays) and the best `top_k` returned. Access counts are updated off the
 //! response path, in batches.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Instant;
 
 use chrono::{DateTime, Utc};
@@ -26,7 +26,7 @@ use crate::domain::tokens::{Bpe, Encoding};
 use crate::domain::validate::FieldError;
 use crate::domain::{Memory, Tier};
 use crate::service::{MemoryService, ServiceError, ServiceResult};
-use crate::store::{Embedding, SearchQuery};
+use crate::store::{Embedding, Hit, SearchQuery};
 
 /// A validated search.
 #[derive(Debug, Clone)]
@@ -58,6 +58,8 @@ pub struct Timings {
     pub embedding_ms: f64,
     pub vector_ms: f64,
     pub text_ms: f64,
+    /// Reading the episodes next to the best episodic candidates.
+    pub neighbours_ms: f64,
     pub working_ms: f64,
     pub scoring_ms: f64,
     pub total_ms: f64,
@@ -148,11 +150,45 @@ struct Scored {
     components: Components,
     score: f64,
     vector: Option<Vec<f32>>,
+    /// Relevance to the query of the memory alone, before neighbours and
+    /// normalisation.
+    own: f64,
 }
+
+/// The best full-text rank among the candidates.
+fn best_text_rank(hits: &[Hit]) -> f64 {
+    hits.iter().filter_map(|h| h.text_rank).fold(0.0f64, f64::max)
+}
+
+/// Most candidates whose neighbours are looked up.
+const MAX_ANCHORS: usize = 20;
 
 impl MemoryService {
     fn weights_for(&self, params: &SearchParams) -> Weights {
         params.weights.or_else(|| self.agent_weights.get(&params.agent_id).copied()).unwrap_or_default()
+    }
+
+    /// A candidate's relevance from the two legs (text rank relative to the
+    /// best among the candidates).
+    fn fused(&self, h: &Hit, best_rank: f64, vector_leg: bool, text_leg: bool) -> f64 {
+        let text = h.text_rank.map(|r| if best_rank > 0.0 { (r / best_rank).min(1.0) } else { 0.0 });
+        scoring::fuse(h.similarity, text, vector_leg, text_leg, self.vector_share)
+    }
+
+    /// The episodic candidates whose neighbours are worth reading: the most
+    /// relevant, at most `keep` and `MAX_ANCHORS`; none when neighbours count
+    /// for nothing.
+    fn anchors(&self, hits: &[Hit], best_rank: f64, vector_leg: bool, text_leg: bool, keep: usize) -> Vec<Uuid> {
+        if self.neighbour_share == 0.0 {
+            return Vec::new();
+        }
+        let mut episodes: Vec<(f64, Uuid)> = hits
+            .iter()
+            .filter(|h| h.memory.tier == Tier::Episodic)
+            .map(|h| (self.fused(h, best_rank, vector_leg, text_leg), h.memory.id))
+            .collect();
+        episodes.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        episodes.into_iter().take(keep.min(MAX_ANCHORS)).map(|(_, id)| id).collect()
     }
 
     /// The best `keep` candidates, scored, best first, deduplicated.
@@ -213,11 +249,48 @@ impl MemoryService {
             None => Vec::new(),
         };
 
+        // Episodes next to the best episodic candidates: a turn that answers
+        // a question often shares no word with it ("Adoption agencies.")
+        // while the turn before it does ("What did you research?").
+        let mut hits = legs.hits;
+        let best_rank = best_text_rank(&hits);
+        let mut next_to: HashMap<Uuid, Vec<Uuid>> = HashMap::new();
+        let anchors = self.anchors(&hits, best_rank, legs.vector_leg, legs.text_leg, keep);
+        if !anchors.is_empty() {
+            let t = Instant::now();
+            let adjacent = self.store.neighbours(tenant, &query, &anchors, now).await?;
+            timings.neighbours_ms = t.elapsed().as_secs_f64() * 1e3;
+            for a in adjacent {
+                let id = a.hit.memory.id;
+                if !hits.iter().any(|h| h.memory.id == id) {
+                    hits.push(a.hit);
+                }
+                next_to.entry(a.anchor).or_default().push(id);
+                next_to.entry(id).or_default().push(a.anchor);
+            }
+        }
+
         let t = Instant::now();
         let weights = self.weights_for(p);
-        let best_rank = legs.hits.iter().filter_map(|h| h.text_rank).fold(0.0f64, f64::max);
-        let mut scored: Vec<Scored> = Vec::with_capacity(legs.hits.len() + working.len());
-        let mut push = |memory: Memory, relevance: f64, vector: Option<Vec<f32>>| {
+        // Each candidate's own relevance (what `min_relevance` is compared
+        // with), then plus the share of its better neighbour's.
+        let own: HashMap<Uuid, f64> =
+            hits.iter().map(|h| (h.memory.id, self.fused(h, best_rank, legs.vector_leg, legs.text_leg))).collect();
+        let mut relevance: Vec<f64> = hits
+            .iter()
+            .map(|h| {
+                let id = h.memory.id;
+                let neighbour =
+                    next_to.get(&id).into_iter().flatten().filter_map(|n| own.get(n).copied()).fold(0.0, f64::max);
+                own[&id] + self.neighbour_share * neighbour
+            })
+            .collect();
+        let best = relevance.iter().copied().fold(0.0, f64::max);
+        if self.relative_relevance && best > 0.0 {
+            relevance.iter_mut().for_each(|r| *r /= best);
+        }
+        let mut scored: Vec<Scored> = Vec::with_capacity(hits.len() + working.len());
+        let mut push = |memory: Memory, own: f64, relevance: f64, vector: Option<Vec<f32>>| {
             let components = Components {
                 relevance,
                 recency: scoring::recency(memory.occurred_at, now),
@@ -226,12 +299,11 @@ impl MemoryService {
                 tier_bonus: scoring::tier_bonus(memory.tier),
             };
             let score = components.score(&weights);
-            scored.push(Scored { memory, components, score, vector });
+            scored.push(Scored { memory, components, score, vector, own });
         };
-        for h in legs.hits {
-            let text = h.text_rank.map(|r| if best_rank > 0.0 { r / best_rank } else { 0.0 });
-            let relevance = scoring::fuse(h.similarity, text, legs.vector_leg, legs.text_leg, self.vector_share);
-            push(h.memory, relevance, h.vector);
+        for (h, relevance) in hits.into_iter().zip(relevance) {
+            let own = own[&h.memory.id];
+            push(h.memory, own, relevance, h.vector);
         }
         for m in working {
             let in_window = p.since.is_none_or(|s| m.occurred_at >= s) && p.until.is_none_or(|u| m.occurred_at < u);
@@ -239,11 +311,11 @@ impl MemoryService {
             let user_ok = p.user_id.as_ref().is_none_or(|u| m.user_id.as_ref() == Some(u));
             if in_window && meta_ok && user_ok && !m.is_expired(now) {
                 let relevance = word_overlap(&p.query, &m.content);
-                push(m, relevance, None);
+                push(m, relevance, relevance, None);
             }
         }
         if let Some(min) = p.min_relevance {
-            scored.retain(|s| s.components.relevance >= min);
+            scored.retain(|s| s.own >= min);
         }
         scored.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.memory.id.cmp(&b.memory.id)));
         let scored = self.dedup(scored, keep);

@@ -61,6 +61,10 @@ pub struct MemoryService {
     pub dedup_cosine: f64,
     /// Share of relevance from the vector leg when both legs ran.
     pub vector_share: f64,
+    /// Share of the better neighbouring episode's relevance added to an episode's.
+    pub neighbour_share: f64,
+    /// Persistent relevance divided by the best candidate's.
+    pub relative_relevance: bool,
     /// Candidates scored before context packing.
     pub context_candidates: usize,
     /// Counts accesses off the request path; None counts nothing.

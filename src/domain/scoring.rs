@@ -24,6 +24,9 @@ pub const FREQUENCY_SATURATION: f64 = 50.0;
 /// Default share of relevance given to vector similarity when both legs ran
 /// (`search.vector_share`); the rest goes to the full-text score.
 pub const VECTOR_SHARE: f64 = 0.6;
+/// Default share of the better neighbouring episode's relevance added to an
+/// episode's (`search.neighbour_share`).
+pub const NEIGHBOUR_SHARE: f64 = 0.2;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -52,7 +52,9 @@ pub struct SearchRequest {
     /// Overrides the agent's (or the default) scoring weights.
     pub weights: Option<Weights>,
     pub filter: Option<SearchFilter>,
-    /// Drop candidates whose relevance is below this (0 to 1).
+    /// Drop candidates whose own match to the query (the fused similarity of
+    /// the memory alone, before neighbouring episodes and normalisation) is
+    /// below this (0 to 1).
     pub min_relevance: Option<f64>,
 }
 

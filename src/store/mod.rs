@@ -196,6 +196,14 @@ pub struct Hit {
     pub vector: Option<Vec<f32>>,
 }
 
+/// A memory written next to a search candidate (`Store::neighbours`).
+#[derive(Debug, Clone)]
+pub struct Adjacent {
+    /// The candidate it is next to.
+    pub anchor: Uuid,
+    pub hit: Hit,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct SearchHits {
     pub hits: Vec<Hit>,
@@ -260,6 +268,18 @@ pub trait MemoryStore: Send + Sync {
     /// Candidates for a query from the vector and full-text legs, run
     /// concurrently: live memories only, valid facts only.
     async fn search(&self, tenant: &str, query: &SearchQuery, now: DateTime<Utc>) -> StoreResult<SearchHits>;
+
+    /// The episodic memories the same agent wrote just before and just after
+    /// each of `anchors` (order `(created_at, id)`) that pass the query's
+    /// filters, each scored on both legs like a search hit (`text_rank` 0
+    /// when it matches no query word).
+    async fn neighbours(
+        &self,
+        tenant: &str,
+        query: &SearchQuery,
+        anchors: &[Uuid],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<Adjacent>>;
 
     /// Counts one access of each `(tier, id)` at `now`, unless its last counted
     /// access is later than `counted_after`; called off the request path.

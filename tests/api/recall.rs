@@ -297,6 +297,9 @@ async fn the_bundled_model_finds_memories_that_share_no_word_with_the_query() {
     let db = if embedded() { None } else { Some(fresh_database().await) };
     let app = spawn_app_with(|c| {
         use_local_model(c);
+        // Relevance as the legs give it, not relative to the best.
+        c.search.relative_relevance = false;
+        c.search.neighbour_share = 0.0;
         if let Some(db) = &db {
             c.database.url = db.clone();
         }
@@ -357,4 +360,58 @@ async fn each_leg_scores_the_other_legs_candidates_too() {
     let apples = hits.hits.iter().find(|h| h.memory.content == "a basket of red apples").unwrap();
     assert_eq!(apples.text_rank, Some(0.0));
     assert!(hits.hits.iter().filter(|h| h.memory.content.contains("pear")).all(|h| h.text_rank > Some(0.0)));
+}
+
+/// A reply that shares no word with the question is found through the turn
+/// before it; relevance is relative to the best candidate; `min_relevance`
+/// looks at a memory's own relevance.
+#[tokio::test]
+async fn a_reply_is_found_through_the_turn_before_it() {
+    let turns = [
+        "What did you research for the project last week?",
+        "Adoption agencies, mostly the ones near Boston.",
+        "The weather was lovely at the beach on Sunday.",
+        "We painted the fence green and blue.",
+        "My cat knocked a vase off the shelf.",
+        "Dinner was pasta with a lot of garlic.",
+    ];
+    let memories: Vec<Value> = turns
+        .iter()
+        .map(|t| json!({"agent_id": "talk", "tier": "episodic", "content": t, "importance": 0.5, "occurred_at": "2026-05-08T13:56:00Z"}))
+        .collect();
+    let app = spawn_app().await;
+    app.write(json!({"memories": memories})).await;
+    let query = json!({"agent_id": "talk", "query": "what did she research last week", "top_k": 3});
+    let results = search(&app, query.clone()).await;
+    let found = contents(&results);
+    assert_eq!(found[0], turns[0]);
+    assert_eq!(found[1], turns[1], "the reply comes right after the question it answers: {found:?}");
+    assert_eq!(results[0]["components"]["relevance"].as_f64().unwrap(), 1.0);
+
+    // Without neighbours and normalisation, relevance is each turn's own:
+    // the reply shares no word with the query and falls behind other turns.
+    let plain = spawn_app_with(|c| {
+        c.search.neighbour_share = 0.0;
+        c.search.relative_relevance = false;
+    })
+    .await;
+    plain.write(json!({"memories": memories})).await;
+    let all = search(&plain, json!({"agent_id": "talk", "query": "what did she research last week", "top_k": 6})).await;
+    let own = |text: &str| {
+        let r = all.iter().find(|r| r["memory"]["content"] == text).expect("every turn is a candidate");
+        r["components"]["relevance"].as_f64().unwrap()
+    };
+    let (question, answer) = (own(turns[0]), own(turns[1]));
+    assert!(question > answer, "{question} {answer}");
+    // With them: the reply's own plus 0.2 of the question's, over the best
+    // (the question's own plus 0.2 of the reply's).
+    let reply = results[1]["components"]["relevance"].as_f64().unwrap();
+    let expected = (answer + 0.2 * question) / (question + 0.2 * answer);
+    assert!((reply - expected).abs() < 1e-6, "{reply} {expected}");
+    // `min_relevance` compares a memory's own relevance: between the two
+    // turns' own, it keeps the question and drops the reply.
+    let mut floored = query.clone();
+    floored["min_relevance"] = json!((question + answer) / 2.0);
+    let kept = contents(&search(&app, floored).await);
+    assert!(kept.contains(&turns[0].to_string()) && !kept.contains(&turns[1].to_string()), "{kept:?}");
 }

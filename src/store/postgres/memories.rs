@@ -15,8 +15,8 @@ use super::{PgStore, observe, store_error};
 use crate::domain::memory::merge_metadata;
 use crate::domain::{Memory, MemoryPatch, Outcome, Tier, WrittenMemory};
 use crate::store::{
-    Embedding, IdempotencyKey, ListFilter, MemoryStore, PreparedMemory, RenderResponse, SearchHits, SearchQuery,
-    StoreError, StoreResult, StoredResponse, WriteOutcome,
+    Adjacent, Embedding, IdempotencyKey, ListFilter, MemoryStore, PreparedMemory, RenderResponse, SearchHits,
+    SearchQuery, StoreError, StoreResult, StoredResponse, WriteOutcome,
 };
 
 type Tx<'a> = Transaction<'a, Postgres>;
@@ -565,6 +565,16 @@ impl MemoryStore for PgStore {
 
     async fn search(&self, tenant: &str, query: &SearchQuery, now: DateTime<Utc>) -> StoreResult<SearchHits> {
         self.search_legs(tenant, query, now).await
+    }
+
+    async fn neighbours(
+        &self,
+        tenant: &str,
+        query: &SearchQuery,
+        anchors: &[Uuid],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<Adjacent>> {
+        self.adjacent(tenant, query, anchors, now).await
     }
 
     async fn record_access(

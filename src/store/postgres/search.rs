@@ -28,7 +28,7 @@ use sqlx::{AssertSqlSafe, Postgres, QueryBuilder, Row};
 use super::rows::{self, MemoryRow};
 use super::{PgStore, observe, store_error};
 use crate::domain::{Memory, Tier};
-use crate::store::{Hit, SearchHits, SearchQuery, StoreResult};
+use crate::store::{Adjacent, Hit, SearchHits, SearchQuery, StoreResult};
 
 /// Most full-text matches ranked per table and query.
 pub const MAX_TEXT_MATCHES: i64 = 2_000;
@@ -231,6 +231,84 @@ impl PgStore {
                 let memory: Memory =
                     <MemoryRow as sqlx::FromRow<_>>::from_row(&row).map_err(store_error)?.try_into()?;
                 Ok(Hit { memory, similarity, text_rank: Some(rank), vector: vec.map(|v| v.to_vec()) })
+            })
+            .collect()
+    }
+
+    /// The episodic rows written just before and after each anchor by the
+    /// same agent, passing the query's filters; one statement, two index
+    /// probes per anchor on `episodic_tenant_agent_created`.
+    pub(super) async fn adjacent(
+        &self,
+        tenant: &str,
+        q: &SearchQuery,
+        anchors: &[uuid::Uuid],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<Adjacent>> {
+        if anchors.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The query's lexemes as the legs use them (NULL when it has none).
+        let mut qb: QueryBuilder<Postgres> = QueryBuilder::new(
+            "WITH l AS (SELECT string_agg(quote_literal(lexeme), ' | ') AS s FROM unnest(to_tsvector('english', ",
+        );
+        qb.push_bind(q.text.clone());
+        qb.push(
+            "))), q AS (SELECT CASE WHEN l.s IS NULL OR l.s = '' THEN NULL ELSE to_tsquery('simple', l.s) END AS q \
+             FROM l), a AS (SELECT id AS anchor_id, created_at AS anchor_at FROM episodic_memory WHERE tenant_id = ",
+        );
+        qb.push_bind(tenant.to_string());
+        qb.push(" AND id = ANY(").push_bind(anchors.to_vec()).push("))");
+        let (similarity, vec) = match &q.vector {
+            Some(e) => {
+                let dims = e.vector.len();
+                let model = literal(&e.model);
+                (
+                    format!("CASE WHEN n.embedding_model = {model} THEN 1 - (n.embedding::vector({dims}) <=> "),
+                    format!("CASE WHEN n.embedding_model = {model} THEN n.embedding::vector({dims}) END"),
+                )
+            }
+            None => (String::new(), "NULL::vector".to_string()),
+        };
+        qb.push(format!(" SELECT a.anchor_id AS anchor, {}, {vec} AS vec, ", rows::NAMES));
+        match &q.vector {
+            Some(e) => {
+                qb.push(similarity).push_bind(pgvector::Vector::from(e.vector.clone())).push(") END");
+            }
+            None => {
+                qb.push("NULL::float8");
+            }
+        }
+        qb.push(" AS similarity, coalesce(ts_rank(n.search_tsv, q.q), 0)::float8 AS text_rank FROM a CROSS JOIN q");
+        qb.push(" CROSS JOIN LATERAL (");
+        // The plain bound on created_at lets the executor skip the monthly
+        // partitions on the wrong side of the anchor.
+        for (i, (cmp, order)) in [("<", "DESC"), (">", "ASC")].into_iter().enumerate() {
+            if i > 0 {
+                qb.push(" UNION ALL ");
+            }
+            qb.push(format!(
+                "(SELECT {}, search_tsv, embedding FROM episodic_memory WHERE",
+                rows::columns(Tier::Episodic)
+            ));
+            push_filters(&mut qb, tenant, Tier::Episodic, q, now);
+            qb.push(format!(
+                " AND created_at {cmp}= a.anchor_at AND (created_at, id) {cmp} (a.anchor_at, a.anchor_id) \
+                 ORDER BY created_at {order}, id {order} LIMIT 1)"
+            ));
+        }
+        qb.push(") AS n");
+        let rows = qb.build().fetch_all(&self.pool).await.map_err(store_error)?;
+        rows.into_iter()
+            .map(|row| {
+                let anchor: uuid::Uuid = row.try_get("anchor").map_err(store_error)?;
+                let rank: f64 = row.try_get("text_rank").map_err(store_error)?;
+                let similarity: Option<f64> = row.try_get("similarity").map_err(store_error)?;
+                let vec: Option<pgvector::Vector> = row.try_get("vec").map_err(store_error)?;
+                let memory: Memory =
+                    <MemoryRow as sqlx::FromRow<_>>::from_row(&row).map_err(store_error)?.try_into()?;
+                let hit = Hit { memory, similarity, text_rank: Some(rank), vector: vec.map(|v| v.to_vec()) };
+                Ok(Adjacent { anchor, hit })
             })
             .collect()
     }

@@ -18,8 +18,8 @@ use super::{SqliteStore, micros, observe, store_error};
 use crate::domain::memory::merge_metadata;
 use crate::domain::{Memory, MemoryPatch, Tier, WrittenMemory};
 use crate::store::{
-    Embedding, IdempotencyKey, ListFilter, MemoryStore, PreparedMemory, RenderResponse, SearchHits, SearchQuery,
-    StoreError, StoreResult, StoredResponse, WriteOutcome,
+    Adjacent, Embedding, IdempotencyKey, ListFilter, MemoryStore, PreparedMemory, RenderResponse, SearchHits,
+    SearchQuery, StoreError, StoreResult, StoredResponse, WriteOutcome,
 };
 
 /// `(expires_at is null or expires_at > ?)` for the row alias `m`.
@@ -320,6 +320,16 @@ impl MemoryStore for SqliteStore {
 
     async fn search(&self, tenant: &str, query: &SearchQuery, now: DateTime<Utc>) -> StoreResult<SearchHits> {
         self.search_legs(tenant, query, now).await
+    }
+
+    async fn neighbours(
+        &self,
+        tenant: &str,
+        query: &SearchQuery,
+        anchors: &[Uuid],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<Adjacent>> {
+        self.adjacent(tenant, query, anchors, now).await
     }
 
     /// Counts one access of each `(tier, id)` at `now`, unless its last

@@ -18,7 +18,10 @@
 //! leg's measure: the vector leg's rows get their bm25 rank (0 when they
 //! match no query word), the text leg's rows their cosine and vector when
 //! they have a vector of the query's model. A memory one leg found is then
-//! fused from both scores.
+//! fused from both scores. The vector rows' ranks come from the matches the
+//! text leg ranked anyway (one FTS5 statement per row costs about 0.2 ms,
+//! which at 100 rows per tier was most of a search); only when a tier had
+//! more than `MAX_TEXT_MATCHES` matches are the missing rows asked one by one.
 
 use std::collections::{HashMap, HashSet};
 
@@ -35,7 +38,7 @@ use super::rows::{COLUMNS, MemoryRow, decode_vector};
 use super::vectors::{ScanFilter, Scored};
 use super::{SqliteStore, micros, observe, store_error};
 use crate::domain::{Memory, Tier};
-use crate::store::{Hit, SearchHits, SearchQuery, StoreError, StoreResult};
+use crate::store::{Adjacent, Hit, SearchHits, SearchQuery, StoreError, StoreResult};
 
 /// Most full-text matches ranked per tier and query (Postgres's bound).
 pub const MAX_TEXT_MATCHES: i64 = 2_000;
@@ -105,6 +108,32 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
     a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum::<f64>() / (na * nb)
 }
 
+/// The cosine to the query vector and the stored vector of a row, when it
+/// has a vector of the query's model.
+fn similarity_of(
+    q: &SearchQuery,
+    memory: &Memory,
+    blob: Option<Vec<u8>>,
+) -> StoreResult<(Option<f64>, Option<Vec<f32>>)> {
+    match (&q.vector, blob) {
+        (Some(e), Some(blob)) if memory.embedding_model.as_deref() == Some(e.model.as_str()) => {
+            let v = decode_vector(&blob)?;
+            Ok(if v.len() == e.vector.len() { (Some(cosine(&e.vector, &v)), Some(v)) } else { (None, None) })
+        }
+        _ => Ok((None, None)),
+    }
+}
+
+/// What the full-text leg found: its best rows per tier, and the bm25 of
+/// every match it ranked (`seq` → rank), and the tiers whose matches were
+/// more than `MAX_TEXT_MATCHES` (so a row missing from `ranks` may match).
+#[derive(Default)]
+struct TextLeg {
+    hits: Vec<Hit>,
+    ranks: HashMap<i64, f64>,
+    capped: Vec<Tier>,
+}
+
 impl SqliteStore {
     pub(super) async fn search_legs(
         &self,
@@ -121,7 +150,7 @@ impl SqliteStore {
         let vector = async {
             let started = Instant::now();
             let hits = match &q.vector {
-                Some(_) => Some(self.vector_leg(tenant, q, fts, &tiers, now).await?),
+                Some(_) => Some(self.vector_leg(tenant, q, &tiers, now).await?),
                 None => None,
             };
             observe("search_vector", started);
@@ -129,35 +158,54 @@ impl SqliteStore {
         };
         let text = async {
             let started = Instant::now();
-            let hits = match fts {
+            let leg = match fts {
                 Some(fts) => Some(self.text_leg(tenant, q, fts, &tiers, now).await?),
                 None => None,
             };
             observe("search_text", started);
-            Ok::<_, StoreError>((hits, started.elapsed().as_secs_f64() * 1e3))
+            Ok::<_, StoreError>((leg, started.elapsed().as_secs_f64() * 1e3))
         };
-        let ((vector_hits, vector_ms), (text_hits, text_ms)) = try_join!(vector, text)?;
+        let ((vector_hits, mut vector_ms), (text_leg, text_ms)) = try_join!(vector, text)?;
         let vector_leg = vector_hits.is_some();
-        let text_leg = text_hits.is_some();
-        let mut hits: Vec<Hit> = vector_hits.unwrap_or_default();
-        for t in text_hits.unwrap_or_default() {
+        let mut hits: Vec<Hit> = Vec::new();
+        if let Some(mut found) = vector_hits {
+            // The vector rows' bm25: from the text leg's ranked matches; a row
+            // that is not among them matches no query word, unless its tier's
+            // matches were capped (then it is asked for on its own).
+            if let (Some(fts), Some(leg)) = (fts, &text_leg) {
+                let started = Instant::now();
+                let unknown: Vec<i64> = found
+                    .iter()
+                    .filter(|(h, seq)| !leg.ranks.contains_key(seq) && leg.capped.contains(&h.memory.tier))
+                    .map(|(_, seq)| *seq)
+                    .collect();
+                let asked: HashMap<i64, f64> = self.text_ranks(fts, &unknown).await?.into_iter().collect();
+                for (hit, seq) in &mut found {
+                    let rank = leg.ranks.get(seq).or_else(|| asked.get(seq)).copied().unwrap_or(0.0);
+                    hit.text_rank = Some(rank);
+                }
+                vector_ms += started.elapsed().as_secs_f64() * 1e3;
+            }
+            hits.extend(found.into_iter().map(|(h, _)| h));
+        }
+        let text_leg_ran = text_leg.is_some();
+        for t in text_leg.map(|leg| leg.hits).unwrap_or_default() {
             if !hits.iter().any(|h| h.memory.id == t.memory.id) {
                 hits.push(t);
             }
         }
-        Ok(SearchHits { hits, vector_leg, text_leg, vector_ms, text_ms })
+        Ok(SearchHits { hits, vector_leg, text_leg: text_leg_ran, vector_ms, text_ms })
     }
 
-    /// The nearest rows by cosine, each with its full-text rank too (0 when
-    /// it matches no query word; None when the query has none).
+    /// The nearest rows by cosine, with their `seq` (their text rank is
+    /// filled in by `search_legs`).
     async fn vector_leg(
         &self,
         tenant: &str,
         q: &SearchQuery,
-        fts: Option<&str>,
         tiers: &[Tier],
         now: DateTime<Utc>,
-    ) -> StoreResult<Vec<Hit>> {
+    ) -> StoreResult<Vec<(Hit, i64)>> {
         let embedding = q.vector.as_ref().expect("vector leg needs a vector");
         let mut found: Vec<(Hit, i64)> = Vec::new();
         let mut seen: HashSet<Uuid> = HashSet::new();
@@ -221,14 +269,7 @@ impl SqliteStore {
             let tb = tiers.iter().position(|t| *t == b.memory.tier);
             ta.cmp(&tb).then(b.similarity.unwrap_or(0.0).total_cmp(&a.similarity.unwrap_or(0.0)))
         });
-        if let Some(fts) = fts {
-            let seqs: Vec<i64> = found.iter().map(|(_, seq)| *seq).collect();
-            let ranks = self.text_ranks(fts, &seqs).await?;
-            for (hit, seq) in &mut found {
-                hit.text_rank = Some(ranks.iter().find(|(s, _)| s == seq).map_or(0.0, |(_, r)| *r));
-            }
-        }
-        Ok(found.into_iter().map(|(h, _)| h).collect())
+        Ok(found)
     }
 
     /// The proposed rows that pass every filter: seq, memory and stored vector by id.
@@ -296,8 +337,86 @@ impl SqliteStore {
         Ok(out)
     }
 
+    /// The episodic rows written just before and after each anchor by the
+    /// same agent, passing the query's filters: one statement finds their
+    /// `seq` (two probes per anchor on `memories_tenant_agent_created`), one
+    /// reads them, then their bm25 rank as in the vector leg.
+    pub(super) async fn adjacent(
+        &self,
+        tenant: &str,
+        q: &SearchQuery,
+        anchors: &[Uuid],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<Adjacent>> {
+        if anchors.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "with a as (select m.id, m.created_at from memories m indexed by memories_tenant_id where m.tenant_id = ",
+        );
+        qb.push_bind(tenant.to_string());
+        qb.push(" and m.tier = 'episodic' and m.id in (");
+        let mut sep = qb.separated(", ");
+        for id in anchors {
+            sep.push_bind(*id);
+        }
+        qb.push(")) select a.id as anchor");
+        for (name, cmp, order) in [("before", "<", "desc"), ("after", ">", "asc")] {
+            qb.push(", (select m.seq from memories m where");
+            push_filters(&mut qb, tenant, Tier::Episodic, q, now);
+            qb.push(format!(
+                " and (m.created_at, m.id) {cmp} (a.created_at, a.id) order by m.created_at {order}, m.id {order} \
+                 limit 1) as {name}"
+            ));
+        }
+        qb.push(" from a");
+        let mut pairs: Vec<(Uuid, i64)> = Vec::new();
+        for row in qb.build().fetch_all(&self.inner.pool).await.map_err(store_error)? {
+            let anchor: Uuid = row.try_get("anchor").map_err(store_error)?;
+            for name in ["before", "after"] {
+                if let Some(seq) = row.try_get::<Option<i64>, _>(name).map_err(store_error)? {
+                    pairs.push((anchor, seq));
+                }
+            }
+        }
+        if pairs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut seqs: Vec<i64> = pairs.iter().map(|(_, seq)| *seq).collect();
+        seqs.sort_unstable();
+        seqs.dedup();
+        let mut qb: QueryBuilder<Sqlite> =
+            QueryBuilder::new(format!("select {COLUMNS}, m.embedding as vec from memories m where m.seq in ("));
+        let mut sep = qb.separated(", ");
+        for seq in &seqs {
+            sep.push_bind(*seq);
+        }
+        qb.push(")");
+        let mut rows: HashMap<i64, Hit> = HashMap::new();
+        for row in qb.build().fetch_all(&self.inner.pool).await.map_err(store_error)? {
+            let blob: Option<Vec<u8>> = row.try_get("vec").map_err(store_error)?;
+            let memory = <MemoryRow as sqlx::FromRow<_>>::from_row(&row).map_err(store_error)?;
+            let seq = memory.seq;
+            let memory: Memory = memory.try_into()?;
+            let (similarity, vector) = similarity_of(q, &memory, blob)?;
+            rows.insert(seq, Hit { memory, similarity, text_rank: Some(0.0), vector });
+        }
+        if let Some(fts) = fts_query(&q.text) {
+            for (seq, rank) in self.text_ranks(&fts, &seqs).await? {
+                if let Some(hit) = rows.get_mut(&seq) {
+                    hit.text_rank = Some(rank);
+                }
+            }
+        }
+        Ok(pairs
+            .into_iter()
+            .filter_map(|(anchor, seq)| rows.get(&seq).map(|hit| Adjacent { anchor, hit: hit.clone() }))
+            .collect())
+    }
+
     /// The best full-text matches per tier, each with its cosine to the
-    /// query vector too when it has a vector of the query's model.
+    /// query vector too when it has a vector of the query's model; and the
+    /// bm25 of every match ranked.
     async fn text_leg(
         &self,
         tenant: &str,
@@ -305,45 +424,60 @@ impl SqliteStore {
         fts: &str,
         tiers: &[Tier],
         now: DateTime<Utc>,
-    ) -> StoreResult<Vec<Hit>> {
-        let mut hits = Vec::new();
+    ) -> StoreResult<TextLeg> {
+        let mut leg = TextLeg::default();
         for &tier in tiers {
-            // Inner query: the first MAX_TEXT_MATCHES matches that pass the
-            // filters, with their bm25 (computed only for those rows), as
-            // Postgres bounds its leg. CROSS JOIN fixes SQLite's join order:
-            // the full-text match drives and each match finds its row by
-            // rowid; the other order (walk the agent's rows, run the match
-            // against each) costs one full-text query per row.
-            // Outer query: the best `per_leg`, and only their full rows.
+            // The first MAX_TEXT_MATCHES matches that pass the filters, with
+            // their bm25 (computed only for those rows), as Postgres bounds
+            // its leg. CROSS JOIN fixes SQLite's join order: the full-text
+            // match drives and each match finds its row by rowid; the other
+            // order (walk the agent's rows, run the match against each) costs
+            // one full-text query per row.
             let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
-                "with t as (select m.seq, -bm25(memory_fts, 1.0, 0.0) as text_rank from memory_fts \
+                "select m.seq, -bm25(memory_fts, 1.0, 0.0) as text_rank from memory_fts \
                  cross join memories m on m.seq = memory_fts.rowid where memory_fts match ",
             );
             qb.push_bind(scoped(tenant, &q.agent_id, tier, fts));
             qb.push(" and");
             push_filters(&mut qb, tenant, tier, q, now);
             qb.push(" limit ").push_bind(MAX_TEXT_MATCHES);
-            qb.push(format!(
-                ") select {COLUMNS}, t.text_rank, m.embedding as vec from t cross join memories m on m.seq = t.seq \
-                 order by t.text_rank desc limit "
-            ));
-            qb.push_bind(q.per_leg as i64);
-            let rows = qb.build().fetch_all(&self.inner.pool).await.map_err(store_error)?;
-            for row in rows {
-                let rank: f64 = row.try_get("text_rank").map_err(store_error)?;
+            let mut ranked: Vec<(i64, f64)> = Vec::new();
+            for row in qb.build().fetch_all(&self.inner.pool).await.map_err(store_error)? {
+                ranked.push((row.try_get("seq").map_err(store_error)?, row.try_get("text_rank").map_err(store_error)?));
+            }
+            if ranked.len() as i64 >= MAX_TEXT_MATCHES {
+                leg.capped.push(tier);
+            }
+            leg.ranks.extend(ranked.iter().copied());
+            // The best `per_leg`, and only their full rows.
+            ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            ranked.truncate(q.per_leg);
+            if ranked.is_empty() {
+                continue;
+            }
+            let mut qb: QueryBuilder<Sqlite> =
+                QueryBuilder::new(format!("select {COLUMNS}, m.embedding as vec from memories m where m.seq in ("));
+            let mut sep = qb.separated(", ");
+            for (seq, _) in &ranked {
+                sep.push_bind(*seq);
+            }
+            qb.push(")");
+            let mut rows: HashMap<i64, Hit> = HashMap::new();
+            for row in qb.build().fetch_all(&self.inner.pool).await.map_err(store_error)? {
                 let blob: Option<Vec<u8>> = row.try_get("vec").map_err(store_error)?;
-                let memory: Memory =
-                    <MemoryRow as sqlx::FromRow<_>>::from_row(&row).map_err(store_error)?.try_into()?;
-                let (similarity, vector) = match (&q.vector, blob) {
-                    (Some(e), Some(blob)) if memory.embedding_model.as_deref() == Some(e.model.as_str()) => {
-                        let v = decode_vector(&blob)?;
-                        if v.len() == e.vector.len() { (Some(cosine(&e.vector, &v)), Some(v)) } else { (None, None) }
-                    }
-                    _ => (None, None),
-                };
-                hits.push(Hit { memory, similarity, text_rank: Some(rank), vector });
+                let memory = <MemoryRow as sqlx::FromRow<_>>::from_row(&row).map_err(store_error)?;
+                let seq = memory.seq;
+                let memory: Memory = memory.try_into()?;
+                let (similarity, vector) = similarity_of(q, &memory, blob)?;
+                rows.insert(seq, Hit { memory, similarity, text_rank: None, vector });
+            }
+            for (seq, rank) in ranked {
+                if let Some(mut hit) = rows.remove(&seq) {
+                    hit.text_rank = Some(rank);
+                    leg.hits.push(hit);
+                }
             }
         }
-        Ok(hits)
+        Ok(leg)
     }
 }
