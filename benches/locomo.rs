@@ -390,7 +390,8 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// The legs of `timings` in the server's order, then any others it added.
 fn timing_legs(searches: &[&Searched]) -> Vec<String> {
-    const KNOWN: [&str; 6] = ["embedding_ms", "vector_ms", "text_ms", "working_ms", "scoring_ms", "total_ms"];
+    const KNOWN: [&str; 7] =
+        ["embedding_ms", "vector_ms", "text_ms", "neighbours_ms", "working_ms", "scoring_ms", "total_ms"];
     let mut legs: Vec<String> = KNOWN.iter().map(|s| s.to_string()).collect();
     for s in searches {
         for k in s.timings.keys() {

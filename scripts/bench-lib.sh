@@ -21,6 +21,8 @@ BENCH_BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/engram
 BENCH_LOG=$(mktemp)
 BENCH_SERVER_PID=
 BENCH_URL=
+# Seconds from `engram serve` to its first ready answer (set by bench_serve).
+BENCH_START_SECS=
 
 psql_engram() { "$ENGRAM_PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$BENCH_PG_PORT" -U engram "$@"; }
 
@@ -64,6 +66,7 @@ bench_serve() {
     exit 1
   fi
   echo "bench: starting engram serve on 127.0.0.1:$port (embedding provider $provider)" >&2
+  local started=$SECONDS
   env "${env[@]}" "$BENCH_BIN" serve >"$BENCH_LOG" 2>&1 &
   BENCH_SERVER_PID=$!
   # A local model is loaded (and its files hashed) before the server answers: allow 2 minutes.
@@ -75,6 +78,7 @@ bench_serve() {
     fi
     if curl -sf "http://127.0.0.1:$port/readyz" >/dev/null; then
       BENCH_URL="http://127.0.0.1:$port"
+      BENCH_START_SECS=$((SECONDS - started))
       return 0
     fi
     sleep 0.1

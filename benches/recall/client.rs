@@ -42,7 +42,8 @@ pub struct Query {
 }
 
 /// The response `timings` fields, in this order.
-pub const LEGS: [&str; 6] = ["embedding_ms", "vector_ms", "text_ms", "working_ms", "scoring_ms", "total_ms"];
+pub const LEGS: [&str; 7] =
+    ["embedding_ms", "vector_ms", "text_ms", "neighbours_ms", "working_ms", "scoring_ms", "total_ms"];
 /// Tiers as they appear in results, in this order.
 pub const TIERS: [&str; 4] = ["working", "episodic", "semantic", "procedural"];
 
@@ -50,7 +51,7 @@ pub const TIERS: [&str; 4] = ["working", "episodic", "semantic", "procedural"];
 pub struct Sample {
     pub query: usize,
     pub latency_us: u64,
-    pub timings: [f64; 6],
+    pub timings: [f64; 7],
     /// Search: results returned; context: memories packed.
     pub items: usize,
     pub per_tier: [usize; 4],
@@ -93,7 +94,7 @@ fn tier_index(tier: &str) -> Option<usize> {
 
 /// Reads what the benchmark reports from a 200 answer.
 pub fn sample_of(endpoint: Endpoint, query: usize, latency: Duration, answer: &Value) -> anyhow::Result<Sample> {
-    let mut timings = [0.0; 6];
+    let mut timings = [0.0; 7];
     for (slot, leg) in timings.iter_mut().zip(LEGS) {
         *slot = answer["timings"][leg].as_f64().with_context(|| format!("no timings.{leg} in the answer"))?;
     }

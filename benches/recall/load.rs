@@ -130,25 +130,25 @@ async fn stored_counts(
     Ok(counts)
 }
 
-struct Row {
-    id: Uuid,
-    agent: String,
-    content: String,
-    hash: String,
-    importance: f32,
-    retention: Retention,
-    occurred_at: DateTime<Utc>,
-    created_at: DateTime<Utc>,
-    expires_at: Option<DateTime<Utc>>,
-    event_type: &'static str,
-    outcome: Option<&'static str>,
-    session_id: String,
-    skill_name: String,
-    success_count: i32,
-    failure_count: i32,
+pub struct Row {
+    pub id: Uuid,
+    pub agent: String,
+    pub content: String,
+    pub hash: String,
+    pub importance: f32,
+    pub retention: Retention,
+    pub occurred_at: DateTime<Utc>,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub event_type: &'static str,
+    pub outcome: Option<&'static str>,
+    pub session_id: String,
+    pub skill_name: String,
+    pub success_count: i32,
+    pub failure_count: i32,
 }
 
-fn rows_of(planned: &[Planned], tier: Tier, now: DateTime<Utc>) -> Vec<Row> {
+pub fn rows_of(planned: &[Planned], tier: Tier, now: DateTime<Utc>) -> Vec<Row> {
     let mut rng = StdRng::seed_from_u64(match tier {
         Tier::Episodic => 11,
         Tier::Semantic => 12,

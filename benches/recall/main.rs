@@ -20,6 +20,7 @@
 //!    legs (EXPLAIN ANALYZE, BUFFERS).
 
 mod client;
+mod export;
 mod load;
 mod scifact;
 mod sql;
@@ -46,12 +47,22 @@ struct Args {
     /// Base URL of the server, e.g. http://127.0.0.1:18080
     #[arg(long)]
     url: String,
-    /// The server's database, for the bulk load and the SQL measurements.
+    /// The server's database, for the bulk load and the SQL measurements
+    /// (Postgres backend).
+    #[arg(long, required_unless_present_any = ["embedded", "export_data"])]
+    database_url: Option<String>,
+    /// The server's Redis, to count the working memory already written
+    /// (Postgres backend).
+    #[arg(long, env = "REDIS_URL", required_unless_present_any = ["embedded", "export_data"])]
+    redis_url: Option<String>,
+    /// The server runs the embedded backend on data imported from
+    /// `--export-data`: only the HTTP runs, no load and no SQL steps.
     #[arg(long)]
-    database_url: String,
-    /// The server's Redis, to count the working memory already written.
-    #[arg(long, env = "REDIS_URL")]
-    redis_url: String,
+    embedded: bool,
+    /// Write the data set of agent A and the small agent, with vectors, as an
+    /// `engram import` file to PATH and exit (no server needed).
+    #[arg(long, value_name = "PATH")]
+    export_data: Option<String>,
     /// The server's `redis.key_prefix`.
     #[arg(long, default_value = "engram-bench-recall")]
     redis_key_prefix: String,
@@ -199,6 +210,68 @@ async fn settled_scan_counts(pool: &sqlx::PgPool) -> anyhow::Result<(i64, i64)> 
     Ok(sql::scan_counts(pool).await?)
 }
 
+/// The three tables of the HTTP runs: latency, server timings, what came back.
+fn print_runs(runs: &[Run], queries: &[Query]) {
+    println!();
+    println!("### Latency (client side: send to last body byte)");
+    println!();
+    println!(
+        "| endpoint | agent | concurrency | requests | p50 ms | p95 ms | p99 ms | max ms | run req/s | errors | load avg |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    for r in runs {
+        println!("{}", latency_row(r, queries, AGENT_A));
+        println!("{}", latency_row(r, queries, SMALL_AGENT));
+    }
+    println!();
+    println!("### Server timings, mean ms per request (response `timings`)");
+    println!();
+    println!(
+        "| endpoint | agent | concurrency | embedding | vector | text | neighbours | working | scoring | server total | client mean |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in runs {
+        println!("{}", legs_row(r, queries, AGENT_A));
+        println!("{}", legs_row(r, queries, SMALL_AGENT));
+    }
+    println!();
+    println!("### What came back (search: results; context: memories packed; tier shares in %)");
+    println!();
+    println!(
+        "| endpoint | agent | concurrency | items mean | searches < {} | working | episodic | semantic | procedural | tokens used mean |",
+        client::TOP_K
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in runs {
+        println!("{}", content_row(r, queries, AGENT_A));
+        println!("{}", content_row(r, queries, SMALL_AGENT));
+    }
+}
+
+/// The latency aims on the embedded backend (search and context p95 at
+/// concurrency 1, agent A); the other two are about Postgres's SQL.
+fn embedded_aims(runs: &[Run], queries: &[Query]) -> anyhow::Result<()> {
+    let find = |e: Endpoint| runs.iter().find(|r| r.endpoint == e && r.concurrency == 1);
+    let p95 = |r: Option<&Run>| r.map_or(f64::NAN, |r| percentile(&latencies(r, &agent_of(r, queries, AGENT_A)), 95.0));
+    let (s95, c95) = (p95(find(Endpoint::Search)), p95(find(Endpoint::Context)));
+    let met = |ok: bool| if ok { "yes" } else { "**no**" };
+    println!();
+    println!("### Aims ({AGENT_A}, 100K memories, concurrency 1, embedded backend)");
+    println!();
+    println!("| aim | target | measured | met |");
+    println!("|---|---:|---:|---|");
+    println!("| search p95 | ≤ {AIM_SEARCH_P95_MS} ms | {s95:.1} ms | {} |", met(s95 <= AIM_SEARCH_P95_MS));
+    println!(
+        "| context p95 (query embedding included) | ≤ {AIM_CONTEXT_P95_MS} ms | {c95:.1} ms | {} |",
+        met(c95 <= AIM_CONTEXT_P95_MS)
+    );
+    let errors: usize = runs.iter().map(|r| r.errors).sum();
+    if errors > 0 {
+        bail!("{errors} requests failed; see above");
+    }
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -216,17 +289,10 @@ async fn main() -> anyhow::Result<()> {
         .pool_max_idle_per_host(max_concurrency)
         .timeout(Duration::from_secs(60))
         .build()?;
-    check_ready(&http, &base).await?;
-
     // 1. Data.
     let corpus = scifact::load(&args.zip)?;
     eprintln!("data: {} distinct memory texts, {} distinct claims", corpus.texts.len(), corpus.claims.len());
     let planned = load::plan(&corpus.texts)?;
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(4)
-        .connect(&args.database_url)
-        .await
-        .context("connecting to --database-url")?;
     let embedder = LocalEmbedder::new(&LocalConfig {
         model_dir: args.model_dir.clone(),
         threads: args.threads,
@@ -234,9 +300,26 @@ async fn main() -> anyhow::Result<()> {
         max_batch: 32,
     })?;
     let model = embedder.model_id().to_string();
-    load::ensure_persistent(&pool, &args.database_url, &args.tenant, &planned, &embedder).await?;
-    let redis = load::connect_redis(&args.redis_url, &args.redis_key_prefix).await?;
-    load::ensure_working(&http, &base, &redis, &args.tenant, &planned).await?;
+    if let Some(path) = &args.export_data {
+        let mine: Vec<load::Planned> =
+            planned.into_iter().filter(|p| p.agent == AGENT_A || p.agent == SMALL_AGENT).collect();
+        return export::write(path, &args.tenant, &mine, &embedder, Utc::now()).await;
+    }
+    check_ready(&http, &base).await?;
+    let pool = match (&args.database_url, &args.redis_url, args.embedded) {
+        (Some(database_url), Some(redis_url), false) => {
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(4)
+                .connect(database_url)
+                .await
+                .context("connecting to --database-url")?;
+            load::ensure_persistent(&pool, database_url, &args.tenant, &planned, &embedder).await?;
+            let redis = load::connect_redis(redis_url, &args.redis_key_prefix).await?;
+            load::ensure_working(&http, &base, &redis, &args.tenant, &planned).await?;
+            Some(pool)
+        }
+        _ => None,
+    };
 
     // 2. Queries: distinct claims, one in seven to the small agent.
     let n = if args.queries == 0 { corpus.claims.len() } else { args.queries.min(corpus.claims.len()) };
@@ -268,7 +351,7 @@ async fn main() -> anyhow::Result<()> {
     match probe.samples.first() {
         Some(s) if s.per_tier[1..].iter().sum::<usize>() > 0 => {}
         Some(s) => bail!(
-            "a search of {AGENT_A} returned {} results and none from Postgres: does --tenant {:?} match the server's tenant?",
+            "a search of {AGENT_A} returned {} results and none of a persistent tier: does --tenant {:?} match the server's tenant?",
             s.items,
             args.tenant
         ),
@@ -290,11 +373,13 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         for &c in &args.concurrency {
-            let before =
-                if endpoint == Endpoint::Search && c == 1 { Some(settled_scan_counts(&pool).await?) } else { None };
+            let before = match &pool {
+                Some(pool) if endpoint == Endpoint::Search && c == 1 => Some(settled_scan_counts(pool).await?),
+                _ => None,
+            };
             let r = client::run(&http, &base, endpoint, c, queries.clone()).await?;
-            if let Some(b) = before {
-                let a = settled_scan_counts(&pool).await?;
+            if let (Some(b), Some(pool)) = (before, &pool) {
+                let a = settled_scan_counts(pool).await?;
                 scans_api = Some((a.0 - b.0, a.1 - b.1, r.samples.len() + r.errors));
             }
             eprintln!("{}", latency_row(&r, &queries, AGENT_A));
@@ -306,8 +391,14 @@ async fn main() -> anyhow::Result<()> {
         }
     }
 
+    print_runs(&runs, &queries);
+    let Some(pool) = pool else {
+        return embedded_aims(&runs, &queries);
+    };
+    let database_url = args.database_url.clone().unwrap_or_default();
+
     // 3 and 4. Straight SQL, on connections set up by the server's own code.
-    let db_config = DatabaseConfig { url: args.database_url.clone(), max_connections: 1, ..DatabaseConfig::default() };
+    let db_config = DatabaseConfig { url: database_url.clone(), max_connections: 1, ..DatabaseConfig::default() };
     let ann = engram::store::postgres::connect_lazy(&db_config, &SearchConfig::default())?;
     let exact = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
@@ -317,7 +408,7 @@ async fn main() -> anyhow::Result<()> {
                 Ok(())
             })
         })
-        .connect(&args.database_url)
+        .connect(&database_url)
         .await?;
     let now = Utc::now();
     let scope = |agent: &str| Scope { tenant: args.tenant.clone(), agent: agent.to_string(), now };
@@ -437,42 +528,7 @@ async fn main() -> anyhow::Result<()> {
         sql::generic_plan(&ann, &model, 384, &scope(AGENT_A), SEARCH_PER_LEG).await?,
     ));
 
-    // Report.
     let find = |e: Endpoint, c: usize| runs.iter().find(|r| r.endpoint == e && r.concurrency == c);
-    println!();
-    println!("### Latency (client side: send to last body byte)");
-    println!();
-    println!(
-        "| endpoint | agent | concurrency | requests | p50 ms | p95 ms | p99 ms | max ms | run req/s | errors | load avg |"
-    );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
-    for r in &runs {
-        println!("{}", latency_row(r, &queries, AGENT_A));
-        println!("{}", latency_row(r, &queries, SMALL_AGENT));
-    }
-    println!();
-    println!("### Server timings, mean ms per request (response `timings`)");
-    println!();
-    println!(
-        "| endpoint | agent | concurrency | embedding | vector | text | working | scoring | server total | client mean |"
-    );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for r in &runs {
-        println!("{}", legs_row(r, &queries, AGENT_A));
-        println!("{}", legs_row(r, &queries, SMALL_AGENT));
-    }
-    println!();
-    println!("### What came back (search: results; context: memories packed; tier shares in %)");
-    println!();
-    println!(
-        "| endpoint | agent | concurrency | items mean | searches < {} | working | episodic | semantic | procedural | tokens used mean |",
-        client::TOP_K
-    );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for r in &runs {
-        println!("{}", content_row(r, &queries, AGENT_A));
-        println!("{}", content_row(r, &queries, SMALL_AGENT));
-    }
     println!();
     println!(
         "### The legs straight in SQL, {AGENT_A}, concurrency 1 ({} queries, query vector precomputed)",
