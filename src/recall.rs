@@ -258,15 +258,19 @@ impl MemoryService {
         let anchors = self.anchors(&hits, best_rank, legs.vector_leg, legs.text_leg, keep);
         if !anchors.is_empty() {
             let t = Instant::now();
-            let adjacent = self.store.neighbours(tenant, &query, &anchors, now).await?;
+            let mut known: HashSet<Uuid> = hits.iter().map(|h| h.memory.id).collect();
+            let adjacent = self.store.neighbours(tenant, &query, &anchors, &known, now).await?;
             timings.neighbours_ms = t.elapsed().as_secs_f64() * 1e3;
             for a in adjacent {
-                let id = a.hit.memory.id;
-                if !hits.iter().any(|h| h.memory.id == id) {
-                    hits.push(a.hit);
+                if let Some(hit) = a.hit
+                    && known.insert(a.id)
+                {
+                    hits.push(hit);
                 }
-                next_to.entry(a.anchor).or_default().push(id);
-                next_to.entry(id).or_default().push(a.anchor);
+                if known.contains(&a.id) {
+                    next_to.entry(a.anchor).or_default().push(a.id);
+                    next_to.entry(a.id).or_default().push(a.anchor);
+                }
             }
         }
 

@@ -8,6 +8,8 @@ pub mod postgres;
 pub mod redis;
 pub mod sqlite;
 
+use std::collections::HashSet;
+
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -201,7 +203,9 @@ pub struct Hit {
 pub struct Adjacent {
     /// The candidate it is next to.
     pub anchor: Uuid,
-    pub hit: Hit,
+    pub id: Uuid,
+    /// None when the caller knew it already.
+    pub hit: Option<Hit>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -272,12 +276,14 @@ pub trait MemoryStore: Send + Sync {
     /// The episodic memories the same agent wrote just before and just after
     /// each of `anchors` (order `(created_at, id)`) that pass the query's
     /// filters, each scored on both legs like a search hit (`text_rank` 0
-    /// when it matches no query word).
+    /// when it matches no query word). A backend may leave out the hit of a
+    /// neighbour in `known` (the caller has it already).
     async fn neighbours(
         &self,
         tenant: &str,
         query: &SearchQuery,
         anchors: &[Uuid],
+        known: &HashSet<Uuid>,
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<Adjacent>>;
 

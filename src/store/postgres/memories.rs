@@ -572,9 +572,10 @@ impl MemoryStore for PgStore {
         tenant: &str,
         query: &SearchQuery,
         anchors: &[Uuid],
+        known: &std::collections::HashSet<Uuid>,
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<Adjacent>> {
-        self.adjacent(tenant, query, anchors, now).await
+        self.adjacent(tenant, query, anchors, known, now).await
     }
 
     async fn record_access(

@@ -243,6 +243,7 @@ impl PgStore {
         tenant: &str,
         q: &SearchQuery,
         anchors: &[uuid::Uuid],
+        _known: &std::collections::HashSet<uuid::Uuid>,
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<Adjacent>> {
         if anchors.is_empty() {
@@ -308,7 +309,7 @@ impl PgStore {
                 let memory: Memory =
                     <MemoryRow as sqlx::FromRow<_>>::from_row(&row).map_err(store_error)?.try_into()?;
                 let hit = Hit { memory, similarity, text_rank: Some(rank), vector: vec.map(|v| v.to_vec()) };
-                Ok(Adjacent { anchor, hit })
+                Ok(Adjacent { anchor, id: hit.memory.id, hit: Some(hit) })
             })
             .collect()
     }

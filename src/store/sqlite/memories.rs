@@ -327,9 +327,10 @@ impl MemoryStore for SqliteStore {
         tenant: &str,
         query: &SearchQuery,
         anchors: &[Uuid],
+        known: &std::collections::HashSet<Uuid>,
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<Adjacent>> {
-        self.adjacent(tenant, query, anchors, now).await
+        self.adjacent(tenant, query, anchors, known, now).await
     }
 
     /// Counts one access of each `(tier, id)` at `now`, unless its last

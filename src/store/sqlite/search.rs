@@ -346,6 +346,7 @@ impl SqliteStore {
         tenant: &str,
         q: &SearchQuery,
         anchors: &[Uuid],
+        known: &HashSet<Uuid>,
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<Adjacent>> {
         if anchors.is_empty() {
@@ -401,8 +402,12 @@ impl SqliteStore {
             let (similarity, vector) = similarity_of(q, &memory, blob)?;
             rows.insert(seq, Hit { memory, similarity, text_rank: Some(0.0), vector });
         }
+        // Ranks only for the neighbours the caller does not have: each is one
+        // FTS5 statement.
+        let unknown: Vec<i64> =
+            seqs.iter().copied().filter(|seq| rows.get(seq).is_some_and(|h| !known.contains(&h.memory.id))).collect();
         if let Some(fts) = fts_query(&q.text) {
-            for (seq, rank) in self.text_ranks(&fts, &seqs).await? {
+            for (seq, rank) in self.text_ranks(&fts, &unknown).await? {
                 if let Some(hit) = rows.get_mut(&seq) {
                     hit.text_rank = Some(rank);
                 }
@@ -410,7 +415,12 @@ impl SqliteStore {
         }
         Ok(pairs
             .into_iter()
-            .filter_map(|(anchor, seq)| rows.get(&seq).map(|hit| Adjacent { anchor, hit: hit.clone() }))
+            .filter_map(|(anchor, seq)| {
+                rows.get(&seq).map(|hit| {
+                    let id = hit.memory.id;
+                    Adjacent { anchor, id, hit: (!known.contains(&id)).then(|| hit.clone()) }
+                })
+            })
             .collect())
     }
 
