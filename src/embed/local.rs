@@ -15,7 +15,8 @@
 //! to the same count, so the embedder uses no more cores than configured.
 //! Requests that arrive within `batch_window_ms` of each other (up to
 //! `max_batch` texts) are embedded together and each caller gets its own
-//! vectors back.
+//! vectors back. The worker waits that window only while requests overlap
+//! (its last batch held several): a lone request does not pay for it.
 //!
 //! The recipe is sentence-transformers': WordPiece with the model's own
 //! tokenizer, padding to the longest sequence of a batch (the tokenizer file's
@@ -289,10 +290,14 @@ impl LocalEmbedder {
 
 /// Gathers jobs into batches and answers them, until the embedder is dropped.
 fn worker(model: &MiniLm, pool: &rayon::ThreadPool, rx: &mpsc::Receiver<Job>, window: Duration, max_batch: usize) {
+    // Whether requests are overlapping: the last batch had several, or more
+    // were queued behind the first. Only then is waiting for company worth it;
+    // a lone request (concurrency 1) is embedded at once.
+    let mut overlapping = false;
     while let Ok(first) = rx.recv() {
         let mut count = first.texts.len();
         let mut batch = vec![first];
-        let deadline = Instant::now() + window;
+        let deadline = Instant::now() + if overlapping { window } else { Duration::ZERO };
         while count < max_batch {
             match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok(job) => {
@@ -302,6 +307,7 @@ fn worker(model: &MiniLm, pool: &rayon::ThreadPool, rx: &mpsc::Receiver<Job>, wi
                 Err(_) => break,
             }
         }
+        overlapping = batch.len() > 1;
         // A caller that gave up (timeout, cancelled request) is not worth the work.
         batch.retain(|job| !job.reply.is_closed());
         let texts: Vec<&str> = batch.iter().flat_map(|job| job.texts.iter().map(String::as_str)).collect();
