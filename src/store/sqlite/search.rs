@@ -337,6 +337,28 @@ impl SqliteStore {
         Ok(out)
     }
 
+    /// The rows of the given `seq`s as hits (no text rank yet), with their
+    /// cosine to the query vector when they have a vector of its model.
+    async fn hits_by_seq(&self, q: &SearchQuery, seqs: &[i64]) -> StoreResult<HashMap<i64, Hit>> {
+        let mut qb: QueryBuilder<Sqlite> =
+            QueryBuilder::new(format!("select {COLUMNS}, m.embedding as vec from memories m where m.seq in ("));
+        let mut sep = qb.separated(", ");
+        for seq in seqs {
+            sep.push_bind(*seq);
+        }
+        qb.push(")");
+        let mut rows = HashMap::new();
+        for row in qb.build().fetch_all(&self.inner.pool).await.map_err(store_error)? {
+            let blob: Option<Vec<u8>> = row.try_get("vec").map_err(store_error)?;
+            let memory = <MemoryRow as sqlx::FromRow<_>>::from_row(&row).map_err(store_error)?;
+            let seq = memory.seq;
+            let memory: Memory = memory.try_into()?;
+            let (similarity, vector) = similarity_of(q, &memory, blob)?;
+            rows.insert(seq, Hit { memory, similarity, text_rank: None, vector });
+        }
+        Ok(rows)
+    }
+
     /// The episodic rows written just before and after each anchor by the
     /// same agent, passing the query's filters: one statement finds their
     /// `seq` (two probes per anchor on `memories_tenant_agent_created`), one
@@ -386,22 +408,8 @@ impl SqliteStore {
         let mut seqs: Vec<i64> = pairs.iter().map(|(_, seq)| *seq).collect();
         seqs.sort_unstable();
         seqs.dedup();
-        let mut qb: QueryBuilder<Sqlite> =
-            QueryBuilder::new(format!("select {COLUMNS}, m.embedding as vec from memories m where m.seq in ("));
-        let mut sep = qb.separated(", ");
-        for seq in &seqs {
-            sep.push_bind(*seq);
-        }
-        qb.push(")");
-        let mut rows: HashMap<i64, Hit> = HashMap::new();
-        for row in qb.build().fetch_all(&self.inner.pool).await.map_err(store_error)? {
-            let blob: Option<Vec<u8>> = row.try_get("vec").map_err(store_error)?;
-            let memory = <MemoryRow as sqlx::FromRow<_>>::from_row(&row).map_err(store_error)?;
-            let seq = memory.seq;
-            let memory: Memory = memory.try_into()?;
-            let (similarity, vector) = similarity_of(q, &memory, blob)?;
-            rows.insert(seq, Hit { memory, similarity, text_rank: Some(0.0), vector });
-        }
+        let mut rows = self.hits_by_seq(q, &seqs).await?;
+        rows.values_mut().for_each(|h| h.text_rank = Some(0.0));
         // Ranks only for the neighbours the caller does not have: each is one
         // FTS5 statement.
         let unknown: Vec<i64> =
@@ -465,22 +473,8 @@ impl SqliteStore {
             if ranked.is_empty() {
                 continue;
             }
-            let mut qb: QueryBuilder<Sqlite> =
-                QueryBuilder::new(format!("select {COLUMNS}, m.embedding as vec from memories m where m.seq in ("));
-            let mut sep = qb.separated(", ");
-            for (seq, _) in &ranked {
-                sep.push_bind(*seq);
-            }
-            qb.push(")");
-            let mut rows: HashMap<i64, Hit> = HashMap::new();
-            for row in qb.build().fetch_all(&self.inner.pool).await.map_err(store_error)? {
-                let blob: Option<Vec<u8>> = row.try_get("vec").map_err(store_error)?;
-                let memory = <MemoryRow as sqlx::FromRow<_>>::from_row(&row).map_err(store_error)?;
-                let seq = memory.seq;
-                let memory: Memory = memory.try_into()?;
-                let (similarity, vector) = similarity_of(q, &memory, blob)?;
-                rows.insert(seq, Hit { memory, similarity, text_rank: None, vector });
-            }
+            let seqs: Vec<i64> = ranked.iter().map(|(seq, _)| *seq).collect();
+            let mut rows = self.hits_by_seq(q, &seqs).await?;
             for (seq, rank) in ranked {
                 if let Some(mut hit) = rows.remove(&seq) {
                     hit.text_rank = Some(rank);
