@@ -1,9 +1,10 @@
 //! Recall: multi-tier search with priority scoring, and token-budgeted
 //! context assembly on top of it.
 //!
-//! A search embeds the query, then runs concurrently the store's vector and
-//! full-text legs over the persistent tiers and a read of the session's
-//! working memory. Each candidate gets the five score components
+//! A search runs concurrently the embedding of the query, the store's vector
+//! and full-text legs over the persistent tiers (the embedded backend ranks
+//! full-text matches while the query is being embedded; the vector leg waits
+//! for the vector) and a read of the session's working memory. Each candidate gets the five score components
 //! (`domain::scoring`); candidates are deduplicated across tiers (same
 //! normalised text, then cosine ≥ `search.dedup_cosine`; the better scored
 //! stays) and the best `top_k` returned. Access counts are updated off the
@@ -15,7 +16,7 @@ use std::time::Instant;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
@@ -52,7 +53,10 @@ pub struct ScoredMemory {
     pub components: Components,
 }
 
-/// Where a search spent its time, in milliseconds.
+/// Where a search spent its time, in milliseconds. The embedding, the two
+/// legs and the working-memory read run concurrently, so the parts can add
+/// up to more than `total_ms`; a leg's time leaves out any wait for the
+/// query vector.
 #[derive(Debug, Clone, Default, Serialize, ToSchema)]
 pub struct Timings {
     pub embedding_ms: f64,
@@ -204,28 +208,36 @@ impl MemoryService {
         let wants = |t: Tier| p.tiers.is_empty() || p.tiers.contains(&t);
         let mut timings = Timings::default();
 
-        let t0 = Instant::now();
-        let vector = match &self.embedder {
-            Some(e) => {
-                let v = e.embed(std::slice::from_ref(&p.query)).await?.pop();
-                v.map(|vector| Embedding { model: e.model_id().to_string(), vector })
-            }
-            None => None,
-        };
-        timings.embedding_ms = t0.elapsed().as_secs_f64() * 1e3;
-
-        let query = SearchQuery {
+        let mut query = SearchQuery {
             agent_id: p.agent_id.clone(),
             user_id: p.user_id.clone(),
             tiers: [Tier::Episodic, Tier::Semantic, Tier::Procedural].into_iter().filter(|t| wants(*t)).collect(),
             text: p.query.clone(),
-            vector,
+            vector: None,
             metadata: p.metadata.clone(),
             since: p.since,
             until: p.until,
             per_leg,
         };
-        let persistent = self.store.search(tenant, &query, now);
+        // The store starts with what needs no vector while the query is
+        // being embedded, and gets the vector when it is ready.
+        let (ready, pending) = oneshot::channel();
+        let embedding = async {
+            let t = Instant::now();
+            let vector = match &self.embedder {
+                Some(e) => e
+                    .embed(std::slice::from_ref(&p.query))
+                    .await
+                    .map(|mut v| v.pop().map(|vector| Embedding { model: e.model_id().to_string(), vector })),
+                None => Ok(None),
+            };
+            // A failed embedding leaves the search without a vector leg; its
+            // error is the answer.
+            let _ = ready.send(vector.as_ref().ok().cloned().flatten());
+            (vector, t.elapsed().as_secs_f64() * 1e3)
+        };
+        let persistent =
+            self.store.search_embedding(tenant, &query, Box::pin(async { pending.await.ok().flatten() }), now);
         let working = async {
             let t = Instant::now();
             let entries = match (&p.session_id, wants(Tier::Working)) {
@@ -234,7 +246,9 @@ impl MemoryService {
             };
             (entries, t.elapsed().as_secs_f64() * 1e3)
         };
-        let (persistent, (working, working_ms)) = tokio::join!(persistent, working);
+        let ((vector, embedding_ms), persistent, (working, working_ms)) = tokio::join!(embedding, persistent, working);
+        timings.embedding_ms = embedding_ms;
+        query.vector = vector?;
         let legs = persistent?;
         timings.vector_ms = legs.vector_ms;
         timings.text_ms = legs.text_ms;

@@ -12,6 +12,7 @@ use std::collections::HashSet;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -186,6 +187,9 @@ pub struct SearchQuery {
     pub per_leg: usize,
 }
 
+/// The query vector of a search, still being computed when it starts.
+pub type PendingVector = BoxFuture<'static, Option<Embedding>>;
+
 /// One candidate: the memory and what each leg said about it.
 #[derive(Debug, Clone)]
 pub struct Hit {
@@ -271,7 +275,22 @@ pub trait MemoryStore: Send + Sync {
 
     /// Candidates for a query from the vector and full-text legs, run
     /// concurrently: live memories only, valid facts only.
-    async fn search(&self, tenant: &str, query: &SearchQuery, now: DateTime<Utc>) -> StoreResult<SearchHits>;
+    async fn search(&self, tenant: &str, query: &SearchQuery, now: DateTime<Utc>) -> StoreResult<SearchHits> {
+        let vector = query.vector.clone();
+        self.search_embedding(tenant, query, Box::pin(async move { vector }), now).await
+    }
+
+    /// `search` started before the query vector is known: `query.vector` is
+    /// not read, the vector comes from `vector` (`None`: no vector leg). A
+    /// backend may run the work that needs no vector (the full-text ranking)
+    /// while the query is being embedded.
+    async fn search_embedding(
+        &self,
+        tenant: &str,
+        query: &SearchQuery,
+        vector: PendingVector,
+        now: DateTime<Utc>,
+    ) -> StoreResult<SearchHits>;
 
     /// The episodic memories the same agent wrote just before and just after
     /// each of `anchors` (order `(created_at, id)`) that pass the query's

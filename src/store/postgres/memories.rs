@@ -15,8 +15,8 @@ use super::{PgStore, observe, store_error};
 use crate::domain::memory::merge_metadata;
 use crate::domain::{Memory, MemoryPatch, Outcome, Tier, WrittenMemory};
 use crate::store::{
-    Adjacent, Embedding, IdempotencyKey, ListFilter, MemoryStore, PreparedMemory, RenderResponse, SearchHits,
-    SearchQuery, StoreError, StoreResult, StoredResponse, WriteOutcome,
+    Adjacent, Embedding, IdempotencyKey, ListFilter, MemoryStore, PendingVector, PreparedMemory, RenderResponse,
+    SearchHits, SearchQuery, StoreError, StoreResult, StoredResponse, WriteOutcome,
 };
 
 type Tx<'a> = Transaction<'a, Postgres>;
@@ -563,8 +563,17 @@ impl MemoryStore for PgStore {
         rows.into_iter().map(Memory::try_from).collect()
     }
 
-    async fn search(&self, tenant: &str, query: &SearchQuery, now: DateTime<Utc>) -> StoreResult<SearchHits> {
-        self.search_legs(tenant, query, now).await
+    async fn search_embedding(
+        &self,
+        tenant: &str,
+        query: &SearchQuery,
+        vector: PendingVector,
+        now: DateTime<Utc>,
+    ) -> StoreResult<SearchHits> {
+        // Both legs need the vector here: the text leg computes its rows'
+        // cosine in the same statement.
+        let query = SearchQuery { vector: vector.await, ..query.clone() };
+        self.search_legs(tenant, &query, now).await
     }
 
     async fn neighbours(

@@ -18,8 +18,8 @@ use super::{SqliteStore, micros, observe, store_error};
 use crate::domain::memory::merge_metadata;
 use crate::domain::{Memory, MemoryPatch, Tier, WrittenMemory};
 use crate::store::{
-    Adjacent, Embedding, IdempotencyKey, ListFilter, MemoryStore, PreparedMemory, RenderResponse, SearchHits,
-    SearchQuery, StoreError, StoreResult, StoredResponse, WriteOutcome,
+    Adjacent, Embedding, IdempotencyKey, ListFilter, MemoryStore, PendingVector, PreparedMemory, RenderResponse,
+    SearchHits, SearchQuery, StoreError, StoreResult, StoredResponse, WriteOutcome,
 };
 
 /// `(expires_at is null or expires_at > ?)` for the row alias `m`.
@@ -318,8 +318,14 @@ impl MemoryStore for SqliteStore {
         rows.into_iter().map(Memory::try_from).collect()
     }
 
-    async fn search(&self, tenant: &str, query: &SearchQuery, now: DateTime<Utc>) -> StoreResult<SearchHits> {
-        self.search_legs(tenant, query, now).await
+    async fn search_embedding(
+        &self,
+        tenant: &str,
+        query: &SearchQuery,
+        vector: PendingVector,
+        now: DateTime<Utc>,
+    ) -> StoreResult<SearchHits> {
+        self.search_legs(tenant, query, vector, now).await
     }
 
     async fn neighbours(

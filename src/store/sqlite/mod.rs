@@ -226,6 +226,9 @@ fn store_error(e: sqlx::Error) -> StoreError {
 
 /// Records a store operation's latency.
 fn observe(op: &'static str, started: Instant) {
-    metrics::histogram!("engram_store_operation_duration_seconds", "backend" => "sqlite", "op" => op)
-        .record(started.elapsed().as_secs_f64());
+    record(op, started.elapsed().as_secs_f64());
+}
+
+fn record(op: &'static str, seconds: f64) {
+    metrics::histogram!("engram_store_operation_duration_seconds", "backend" => "sqlite", "op" => op).record(seconds);
 }

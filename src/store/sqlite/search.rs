@@ -12,22 +12,24 @@
 //!   of Postgres's English list dropped) are each quoted, so no input can be
 //!   FTS5 syntax, and OR-ed: a question rarely contains every word of its
 //!   answer. Ranked by bm25; `text_rank` is -bm25, larger is better. As in
-//!   Postgres, at most `MAX_TEXT_MATCHES` matches per tier are ranked.
+//!   Postgres, the matches ranked per tier are bounded (`MAX_TEXT_MATCHES`,
+//!   the newest first): bm25 costs a few microseconds a row, and a long query
+//!   of common words matches most of a large agent's memories.
 //!
 //! As in the Postgres backend, each leg also scores its rows on the other
 //! leg's measure: the vector leg's rows get their bm25 rank (0 when they
 //! match no query word), the text leg's rows their cosine and vector when
 //! they have a vector of the query's model. A memory one leg found is then
 //! fused from both scores. The vector rows' ranks come from the matches the
-//! text leg ranked anyway (one FTS5 statement per row costs about 0.2 ms,
-//! which at 100 rows per tier was most of a search); only when a tier had
-//! more than `MAX_TEXT_MATCHES` matches are the missing rows asked one by one.
+//! text leg ranked anyway; only when a tier had more than `MAX_TEXT_MATCHES`
+//! matches are the missing rows ranked, all in one statement (`text_ranks`).
 
 use std::collections::{HashMap, HashSet};
 
 use std::time::Instant;
 
 use chrono::{DateTime, Utc};
+use futures::FutureExt;
 use futures::try_join;
 use serde_json::Value;
 use sqlx::{QueryBuilder, Row, Sqlite};
@@ -36,12 +38,15 @@ use uuid::Uuid;
 use super::fts::{fts_query, scoped};
 use super::rows::{COLUMNS, MemoryRow, decode_vector};
 use super::vectors::{ScanFilter, Scored};
-use super::{SqliteStore, micros, observe, store_error};
+use super::{SqliteStore, micros, observe, record, store_error};
 use crate::domain::{Memory, Tier};
-use crate::store::{Adjacent, Hit, SearchHits, SearchQuery, StoreError, StoreResult};
+use crate::store::{Adjacent, Hit, PendingVector, SearchHits, SearchQuery, StoreError, StoreResult};
 
-/// Most full-text matches ranked per tier and query (Postgres's bound).
-pub const MAX_TEXT_MATCHES: i64 = 2_000;
+/// Most full-text matches ranked per tier and query, the newest first.
+/// Lower than Postgres's bound: FTS5 computes bm25 row by row (with the row
+/// read, about 3 µs a match), so at 100K memories 2,000 a tier cost about
+/// 20 ms where 1,000 cost 12.
+pub const MAX_TEXT_MATCHES: i64 = 1_000;
 
 /// `metadata.KEY` equals VALUE as JSON values (Postgres's jsonb `=`):
 /// compared by JSON type and value, numbers numerically (1 = 1.0).
@@ -124,10 +129,19 @@ fn similarity_of(
     }
 }
 
-/// What the full-text leg found: its best rows per tier, and the bm25 of
-/// every match it ranked (`seq` → rank), and the tiers whose matches were
-/// more than `MAX_TEXT_MATCHES` (so a row missing from `ranks` may match).
+/// What the full-text ranking found: the best `per_leg` matches of each
+/// tier (`seq`, rank; tier by tier, best first), the bm25 of every match it
+/// ranked (`seq` → rank), and the tiers whose matches were more than
+/// `MAX_TEXT_MATCHES` (so a row missing from `ranks` may match).
 #[derive(Default)]
+struct TextMatches {
+    best: Vec<(i64, f64)>,
+    ranks: HashMap<i64, f64>,
+    capped: Vec<Tier>,
+}
+
+/// The full-text leg: its best rows as hits, with `ranks` and `capped` of
+/// its `TextMatches`.
 struct TextLeg {
     hits: Vec<Hit>,
     ranks: HashMap<i64, f64>,
@@ -139,6 +153,7 @@ impl SqliteStore {
         &self,
         tenant: &str,
         q: &SearchQuery,
+        vector: PendingVector,
         now: DateTime<Utc>,
     ) -> StoreResult<SearchHits> {
         let tiers: Vec<Tier> = q.tiers.iter().copied().filter(|t| *t != Tier::Working).collect();
@@ -147,31 +162,41 @@ impl SqliteStore {
         }
         let fts = fts_query(&q.text);
         let fts = fts.as_deref();
-        let vector = async {
-            let started = Instant::now();
-            let hits = match &q.vector {
-                Some(_) => Some(self.vector_leg(tenant, q, &tiers, now).await?),
-                None => None,
+        let vector = vector.shared();
+        let vector_leg = async {
+            let Some(embedding) = vector.clone().await else {
+                return Ok::<_, StoreError>((None, 0.0));
             };
+            let started = Instant::now();
+            let q = SearchQuery { vector: Some(embedding), ..q.clone() };
+            let hits = self.vector_leg(tenant, &q, &tiers, now).await?;
             observe("search_vector", started);
-            Ok::<_, StoreError>((hits, started.elapsed().as_secs_f64() * 1e3))
+            Ok((Some(hits), started.elapsed().as_secs_f64() * 1e3))
         };
-        let text = async {
-            let started = Instant::now();
-            let leg = match fts {
-                Some(fts) => Some(self.text_leg(tenant, q, fts, &tiers, now).await?),
-                None => None,
+        // The full-text ranking needs no vector: it runs while the query is
+        // being embedded; only reading the best rows (with their cosine)
+        // waits for the vector. The time waited is not the leg's.
+        let text_leg = async {
+            let Some(fts) = fts else {
+                return Ok::<_, StoreError>((None, 0.0));
             };
-            observe("search_text", started);
-            Ok::<_, StoreError>((leg, started.elapsed().as_secs_f64() * 1e3))
+            let started = Instant::now();
+            let matches = self.text_matches(tenant, q, fts, &tiers, now).await?;
+            let ranking = started.elapsed().as_secs_f64();
+            let q = SearchQuery { vector: vector.clone().await, ..q.clone() };
+            let started = Instant::now();
+            let leg = self.text_rows(&q, matches).await?;
+            let seconds = ranking + started.elapsed().as_secs_f64();
+            record("search_text", seconds);
+            Ok((Some(leg), seconds * 1e3))
         };
-        let ((vector_hits, mut vector_ms), (text_leg, text_ms)) = try_join!(vector, text)?;
+        let ((vector_hits, mut vector_ms), (text_leg, text_ms)) = try_join!(vector_leg, text_leg)?;
         let vector_leg = vector_hits.is_some();
         let mut hits: Vec<Hit> = Vec::new();
         if let Some(mut found) = vector_hits {
             // The vector rows' bm25: from the text leg's ranked matches; a row
             // that is not among them matches no query word, unless its tier's
-            // matches were capped (then it is asked for on its own).
+            // matches were capped (then it is ranked here).
             if let (Some(fts), Some(leg)) = (fts, &text_leg) {
                 let started = Instant::now();
                 let unknown: Vec<i64> = found
@@ -179,7 +204,7 @@ impl SqliteStore {
                     .filter(|(h, seq)| !leg.ranks.contains_key(seq) && leg.capped.contains(&h.memory.tier))
                     .map(|(_, seq)| *seq)
                     .collect();
-                let asked: HashMap<i64, f64> = self.text_ranks(fts, &unknown).await?.into_iter().collect();
+                let asked = self.text_ranks(fts, &unknown).await?;
                 for (hit, seq) in &mut found {
                     let rank = leg.ranks.get(seq).or_else(|| asked.get(seq)).copied().unwrap_or(0.0);
                     hit.text_rank = Some(rank);
@@ -314,27 +339,29 @@ impl SqliteStore {
         Ok(out)
     }
 
-    /// -bm25 of the given rows that match the query (the others match no
-    /// word). One statement per row: FTS5 seeks a `rowid =` constraint in
-    /// its posting lists, where `rowid in (...)` would run the whole match.
-    async fn text_ranks(&self, fts: &str, seqs: &[i64]) -> StoreResult<Vec<(i64, f64)>> {
-        let expression = format!("body : ({fts})");
-        let mut out = Vec::with_capacity(seqs.len());
-        let mut conn = self.inner.pool.acquire().await.map_err(store_error)?;
-        for &seq in seqs {
-            let rank: Option<f64> = sqlx::query_scalar(
-                "select -bm25(memory_fts, 1.0, 0.0) from memory_fts where memory_fts match ? and rowid = ?",
-            )
-            .bind(&expression)
-            .bind(seq)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(store_error)?;
-            if let Some(rank) = rank {
-                out.push((seq, rank));
-            }
-        }
-        Ok(out)
+    /// -bm25 of those of the given rows that match the query (the others
+    /// match no word), in one statement. The `+` keeps SQLite from handing
+    /// FTS5 the `rowid IN` constraint, which it would run as one full-text
+    /// query per row, each recounting every query word's rows for bm25's idf
+    /// (about 0.9 ms a row at 100K memories). So the match runs once, within
+    /// the rows' rowid range, and bm25 is computed for the listed rows only.
+    async fn text_ranks(&self, fts: &str, seqs: &[i64]) -> StoreResult<HashMap<i64, f64>> {
+        let (Some(low), Some(high)) = (seqs.iter().min(), seqs.iter().max()) else {
+            return Ok(HashMap::new());
+        };
+        let listed = serde_json::to_string(seqs).map_err(|e| StoreError::Internal(e.into()))?;
+        let ranks: Vec<(i64, f64)> = sqlx::query_as(
+            "select rowid, -bm25(memory_fts, 1.0, 0.0) from memory_fts where memory_fts match ? \
+             and rowid between ? and ? and +rowid in (select value from json_each(?))",
+        )
+        .bind(format!("body : ({fts})"))
+        .bind(low)
+        .bind(high)
+        .bind(listed)
+        .fetch_all(&self.inner.pool)
+        .await
+        .map_err(store_error)?;
+        Ok(ranks.into_iter().collect())
     }
 
     /// The rows of the given `seq`s as hits (no text rank yet), with their
@@ -410,8 +437,7 @@ impl SqliteStore {
         seqs.dedup();
         let mut rows = self.hits_by_seq(q, &seqs).await?;
         rows.values_mut().for_each(|h| h.text_rank = Some(0.0));
-        // Ranks only for the neighbours the caller does not have: each is one
-        // FTS5 statement.
+        // Ranks only for the neighbours the caller does not have.
         let unknown: Vec<i64> =
             seqs.iter().copied().filter(|seq| rows.get(seq).is_some_and(|h| !known.contains(&h.memory.id))).collect();
         if let Some(fts) = fts_query(&q.text) {
@@ -432,25 +458,25 @@ impl SqliteStore {
             .collect())
     }
 
-    /// The best full-text matches per tier, each with its cosine to the
-    /// query vector too when it has a vector of the query's model; and the
-    /// bm25 of every match ranked.
-    async fn text_leg(
+    /// The full-text matches ranked per tier: the best `per_leg` of each
+    /// tier (best first), the bm25 of every match ranked, and the tiers
+    /// whose matches were capped.
+    async fn text_matches(
         &self,
         tenant: &str,
         q: &SearchQuery,
         fts: &str,
         tiers: &[Tier],
         now: DateTime<Utc>,
-    ) -> StoreResult<TextLeg> {
-        let mut leg = TextLeg::default();
+    ) -> StoreResult<TextMatches> {
+        let mut out = TextMatches::default();
         for &tier in tiers {
-            // The first MAX_TEXT_MATCHES matches that pass the filters, with
-            // their bm25 (computed only for those rows), as Postgres bounds
-            // its leg. CROSS JOIN fixes SQLite's join order: the full-text
-            // match drives and each match finds its row by rowid; the other
-            // order (walk the agent's rows, run the match against each) costs
-            // one full-text query per row.
+            // The newest MAX_TEXT_MATCHES matches that pass the filters, with
+            // their bm25 (computed only for those rows). CROSS JOIN fixes
+            // SQLite's join order: the full-text match drives (FTS5 walks its
+            // rowids, that is `seq`, downwards itself) and each match finds
+            // its row by rowid; the other order (walk the agent's rows, run
+            // the match against each) costs one full-text query per row.
             let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
                 "select m.seq, -bm25(memory_fts, 1.0, 0.0) as text_rank from memory_fts \
                  cross join memories m on m.seq = memory_fts.rowid where memory_fts match ",
@@ -458,30 +484,34 @@ impl SqliteStore {
             qb.push_bind(scoped(tenant, &q.agent_id, tier, fts));
             qb.push(" and");
             push_filters(&mut qb, tenant, tier, q, now);
-            qb.push(" limit ").push_bind(MAX_TEXT_MATCHES);
+            qb.push(" order by memory_fts.rowid desc limit ").push_bind(MAX_TEXT_MATCHES);
             let mut ranked: Vec<(i64, f64)> = Vec::new();
             for row in qb.build().fetch_all(&self.inner.pool).await.map_err(store_error)? {
                 ranked.push((row.try_get("seq").map_err(store_error)?, row.try_get("text_rank").map_err(store_error)?));
             }
             if ranked.len() as i64 >= MAX_TEXT_MATCHES {
-                leg.capped.push(tier);
+                out.capped.push(tier);
             }
-            leg.ranks.extend(ranked.iter().copied());
-            // The best `per_leg`, and only their full rows.
+            out.ranks.extend(ranked.iter().copied());
             ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
             ranked.truncate(q.per_leg);
-            if ranked.is_empty() {
-                continue;
-            }
-            let seqs: Vec<i64> = ranked.iter().map(|(seq, _)| *seq).collect();
-            let mut rows = self.hits_by_seq(q, &seqs).await?;
-            for (seq, rank) in ranked {
-                if let Some(mut hit) = rows.remove(&seq) {
-                    hit.text_rank = Some(rank);
-                    leg.hits.push(hit);
-                }
+            out.best.extend(ranked);
+        }
+        Ok(out)
+    }
+
+    /// The best matches' rows as hits, each with its cosine to the query
+    /// vector too when it has a vector of the query's model.
+    async fn text_rows(&self, q: &SearchQuery, matches: TextMatches) -> StoreResult<TextLeg> {
+        let seqs: Vec<i64> = matches.best.iter().map(|(seq, _)| *seq).collect();
+        let mut rows = if seqs.is_empty() { HashMap::new() } else { self.hits_by_seq(q, &seqs).await? };
+        let mut hits = Vec::with_capacity(seqs.len());
+        for (seq, rank) in matches.best {
+            if let Some(mut hit) = rows.remove(&seq) {
+                hit.text_rank = Some(rank);
+                hits.push(hit);
             }
         }
-        Ok(leg)
+        Ok(TextLeg { hits, ranks: matches.ranks, capped: matches.capped })
     }
 }

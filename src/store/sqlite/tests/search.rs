@@ -315,3 +315,92 @@ async fn the_text_leg_scopes_by_tenant_and_agent_whatever_characters_they_hold()
     let hits = store.search(tenant, &query(agent, "when do kiwis ripen", None), at(3)).await.unwrap();
     assert_eq!(hits.hits.iter().map(|h| h.memory.id).collect::<Vec<_>>(), vec![mine.id]);
 }
+
+/// -bm25 of one row, asked the plain way: one full-text query for that rowid.
+async fn bm25_of(store: &SqliteStore, fts: &str, id: Uuid) -> Option<f64> {
+    sqlx::query_scalar(
+        "select -bm25(memory_fts, 1.0, 0.0) from memory_fts where memory_fts match ? \
+         and rowid = (select seq from memories where id = ?)",
+    )
+    .bind(format!("body : ({fts})"))
+    .bind(id)
+    .fetch_optional(&store.inner.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_capped_tier_ranks_its_newest_matches_and_its_vector_rows_get_their_own_bm25() {
+    let dir = TempDir::new();
+    let store = open(&dir).await;
+    let n = super::super::search::MAX_TEXT_MATCHES as usize + 200;
+    // The oldest memory is the query's nearest and its best text match; the
+    // next oldest matches one word; every memory says "kiwi".
+    let items: Vec<PreparedMemory> = (0..n)
+        .map(|k| {
+            let (text, v) = match k {
+                0 => ("The kiwi orchard by the river, kiwi after kiwi.".to_string(), [1.0, 0.0]),
+                1 => ("A kiwi note, the second.".to_string(), [0.9, 0.1]),
+                _ => (format!("Kiwi note number {k}."), [0.0, 1.0]),
+            };
+            prepared(new_memory(Tier::Episodic, "a", &text), emb("m1", &v))
+        })
+        .collect();
+    let written = write(&store, "t1", items, at(0)).await;
+    let ids: Vec<Uuid> = written.iter().map(|w| w.memory.id).collect();
+    let fts = r#""kiwi" OR "orchard""#;
+
+    let mut q = query("a", "kiwi orchard", emb("m1", &[1.0, 0.0]));
+    q.per_leg = 2;
+    let hits = store.search("t1", &q, at(1)).await.unwrap();
+    let rank = |id: Uuid| hits.hits.iter().find(|h| h.memory.id == id).and_then(|h| h.text_rank);
+    // The vector leg's two rows are older than the newest 1,000 matches the
+    // text leg ranked; each still gets exactly the bm25 FTS5 gives it alone.
+    for id in &ids[..2] {
+        let alone = bm25_of(&store, fts, *id).await.unwrap();
+        assert!(alone > 0.0);
+        assert!((rank(*id).unwrap() - alone).abs() < 1e-9, "{id}: {:?} vs {alone}", rank(*id));
+    }
+    assert!(rank(ids[0]).unwrap() > rank(ids[1]).unwrap());
+    // The text leg's two come from the newest matches, with the same ranks.
+    let texts: Vec<&crate::store::Hit> = hits.hits.iter().filter(|h| !ids[..2].contains(&h.memory.id)).collect();
+    assert_eq!(texts.len(), 2);
+    for h in texts {
+        let k = ids.iter().position(|id| *id == h.memory.id).unwrap();
+        assert!(k >= n - super::super::search::MAX_TEXT_MATCHES as usize, "row {k} is not among the newest");
+        assert!((h.text_rank.unwrap() - bm25_of(&store, fts, h.memory.id).await.unwrap()).abs() < 1e-9);
+    }
+}
+
+#[tokio::test]
+async fn a_query_vector_that_arrives_late_gives_the_same_hits() {
+    let dir = TempDir::new();
+    let store = open(&dir).await;
+    for (k, (text, v)) in [
+        ("We booked a hotel in Lisbon.", [1.0, 0.0]),
+        ("The Lisbon hotels were full.", [0.0, 1.0]),
+        ("Gina prefers aisle seats.", [0.8, 0.2]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        write_one(&store, "t1", prepared(new_memory(Tier::Episodic, "a", text), emb("m1", &v)), at(k as i64)).await;
+    }
+    let q = query("a", "hotel in Lisbon", emb("m1", &[1.0, 0.0]));
+    let now = at(10);
+    let summary = |hits: crate::store::SearchHits| -> Vec<(Uuid, Option<f64>, Option<f64>)> {
+        hits.hits.iter().map(|h| (h.memory.id, h.similarity, h.text_rank)).collect()
+    };
+    let at_once = summary(store.search("t1", &q, now).await.unwrap());
+    let vector = q.vector.clone();
+    let late = Box::pin(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        vector
+    });
+    let blank = SearchQuery { vector: None, ..q.clone() };
+    let hits = store.search_embedding("t1", &blank, late, now).await.unwrap();
+    assert!(hits.vector_leg && hits.text_leg);
+    assert_eq!(summary(hits), at_once);
+    assert_eq!(at_once.len(), 3);
+    assert!(at_once.iter().all(|(_, s, r)| s.is_some() && r.is_some()));
+}
