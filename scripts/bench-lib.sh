@@ -52,7 +52,9 @@ trap bench_stop EXIT
 bench_serve() {
   local provider=$1 port i
   shift
-  local env=(-u ENGRAM_API_KEYS -u ENGRAM_CONFIG RUST_LOG=warn)
+  # The model's thread counts are the server's own (embedding.local.threads),
+  # not the ones a script exported for its own embedding.
+  local env=(-u ENGRAM_API_KEYS -u ENGRAM_CONFIG -u CANDLE_NUM_THREADS -u RAYON_NUM_THREADS RUST_LOG=warn)
   if [[ $provider == local ]]; then
     local model_dir=${ENGRAM_MODEL_DIR:-$ENGRAM_CACHE_DIR/models/all-MiniLM-L6-v2}
     scripts/fetch-model.sh "$model_dir"

@@ -99,6 +99,12 @@ struct Inner {
     _lock: File,
 }
 
+/// How much of the database file is read through a memory map (address
+/// space, not memory: the pages live in the OS page cache either way).
+/// SQLite caps it at its built-in maximum (just under 2 GiB); beyond that,
+/// pages are read as before.
+const MMAP_BYTES: u64 = 2 << 30;
+
 impl SqliteStore {
     /// Opens (creating if needed) the data directory `dir`: locks it, opens
     /// `engram.db` in WAL mode with synchronous writes, applies migrations and
@@ -117,7 +123,12 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
-            .busy_timeout(settings.busy_timeout);
+            .busy_timeout(settings.busy_timeout)
+            // Reads through a memory map of the file instead of a read()
+            // per page: a search touches a few thousand rows scattered over
+            // the file (about a third less time on full-text ranking at
+            // 100K memories). Writes still go through the WAL.
+            .pragma("mmap_size", MMAP_BYTES.to_string());
         let pool = SqlitePoolOptions::new()
             .max_connections(settings.max_connections.max(1))
             .connect_with(options)

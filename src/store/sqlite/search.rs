@@ -20,9 +20,9 @@
 //! leg's measure: the vector leg's rows get their bm25 rank (0 when they
 //! match no query word), the text leg's rows their cosine and vector when
 //! they have a vector of the query's model. A memory one leg found is then
-//! fused from both scores. The vector rows' ranks come from the matches the
-//! text leg ranked anyway; only when a tier had more than `MAX_TEXT_MATCHES`
-//! matches are the missing rows ranked, all in one statement (`text_ranks`).
+//! fused from both scores. The vector rows' ranks are computed in one
+//! statement for all of them (`text_ranks`), while the text leg may still be
+//! ranking its matches (which it starts before the query vector is known).
 
 use std::collections::{HashMap, HashSet};
 
@@ -129,25 +129,6 @@ fn similarity_of(
     }
 }
 
-/// What the full-text ranking found: the best `per_leg` matches of each
-/// tier (`seq`, rank; tier by tier, best first), the bm25 of every match it
-/// ranked (`seq` → rank), and the tiers whose matches were more than
-/// `MAX_TEXT_MATCHES` (so a row missing from `ranks` may match).
-#[derive(Default)]
-struct TextMatches {
-    best: Vec<(i64, f64)>,
-    ranks: HashMap<i64, f64>,
-    capped: Vec<Tier>,
-}
-
-/// The full-text leg: its best rows as hits, with `ranks` and `capped` of
-/// its `TextMatches`.
-struct TextLeg {
-    hits: Vec<Hit>,
-    ranks: HashMap<i64, f64>,
-    capped: Vec<Tier>,
-}
-
 impl SqliteStore {
     pub(super) async fn search_legs(
         &self,
@@ -169,7 +150,16 @@ impl SqliteStore {
             };
             let started = Instant::now();
             let q = SearchQuery { vector: Some(embedding), ..q.clone() };
-            let hits = self.vector_leg(tenant, &q, &tiers, now).await?;
+            let mut hits = self.vector_leg(tenant, &q, &tiers, now).await?;
+            // Their bm25, in one statement (0 for a row that matches no
+            // word), while the text leg may still be ranking.
+            if let Some(fts) = fts {
+                let seqs: Vec<i64> = hits.iter().map(|(_, seq)| *seq).collect();
+                let ranks = self.text_ranks(fts, &seqs).await?;
+                for (hit, seq) in &mut hits {
+                    hit.text_rank = Some(ranks.get(seq).copied().unwrap_or(0.0));
+                }
+            }
             observe("search_vector", started);
             Ok((Some(hits), started.elapsed().as_secs_f64() * 1e3))
         };
@@ -185,36 +175,16 @@ impl SqliteStore {
             let ranking = started.elapsed().as_secs_f64();
             let q = SearchQuery { vector: vector.clone().await, ..q.clone() };
             let started = Instant::now();
-            let leg = self.text_rows(&q, matches).await?;
+            let hits = self.text_rows(&q, matches).await?;
             let seconds = ranking + started.elapsed().as_secs_f64();
             record("search_text", seconds);
-            Ok((Some(leg), seconds * 1e3))
+            Ok((Some(hits), seconds * 1e3))
         };
-        let ((vector_hits, mut vector_ms), (text_leg, text_ms)) = try_join!(vector_leg, text_leg)?;
+        let ((vector_hits, vector_ms), (text_hits, text_ms)) = try_join!(vector_leg, text_leg)?;
         let vector_leg = vector_hits.is_some();
-        let mut hits: Vec<Hit> = Vec::new();
-        if let Some(mut found) = vector_hits {
-            // The vector rows' bm25: from the text leg's ranked matches; a row
-            // that is not among them matches no query word, unless its tier's
-            // matches were capped (then it is ranked here).
-            if let (Some(fts), Some(leg)) = (fts, &text_leg) {
-                let started = Instant::now();
-                let unknown: Vec<i64> = found
-                    .iter()
-                    .filter(|(h, seq)| !leg.ranks.contains_key(seq) && leg.capped.contains(&h.memory.tier))
-                    .map(|(_, seq)| *seq)
-                    .collect();
-                let asked = self.text_ranks(fts, &unknown).await?;
-                for (hit, seq) in &mut found {
-                    let rank = leg.ranks.get(seq).or_else(|| asked.get(seq)).copied().unwrap_or(0.0);
-                    hit.text_rank = Some(rank);
-                }
-                vector_ms += started.elapsed().as_secs_f64() * 1e3;
-            }
-            hits.extend(found.into_iter().map(|(h, _)| h));
-        }
-        let text_leg_ran = text_leg.is_some();
-        for t in text_leg.map(|leg| leg.hits).unwrap_or_default() {
+        let mut hits: Vec<Hit> = vector_hits.unwrap_or_default().into_iter().map(|(h, _)| h).collect();
+        let text_leg_ran = text_hits.is_some();
+        for t in text_hits.unwrap_or_default() {
             if !hits.iter().any(|h| h.memory.id == t.memory.id) {
                 hits.push(t);
             }
@@ -350,17 +320,20 @@ impl SqliteStore {
             return Ok(HashMap::new());
         };
         let listed = serde_json::to_string(seqs).map_err(|e| StoreError::Internal(e.into()))?;
-        let ranks: Vec<(i64, f64)> = sqlx::query_as(
-            "select rowid, -bm25(memory_fts, 1.0, 0.0) from memory_fts where memory_fts match ? \
-             and rowid between ? and ? and +rowid in (select value from json_each(?))",
+        let ranks: String = sqlx::query_scalar(
+            "with r as materialized (select rowid as seq, -bm25(memory_fts, 1.0, 0.0) as text_rank from memory_fts \
+             where memory_fts match ? and rowid between ? and ? and +rowid in (select value from json_each(?))) \
+             select json_group_array(json_array(seq, text_rank)) from r",
         )
         .bind(format!("body : ({fts})"))
         .bind(low)
         .bind(high)
         .bind(listed)
-        .fetch_all(&self.inner.pool)
+        .fetch_one(&self.inner.pool)
         .await
         .map_err(store_error)?;
+        let ranks: Vec<(i64, f64)> = serde_json::from_str(&ranks)
+            .map_err(|e| StoreError::Internal(anyhow::Error::new(e).context("full-text ranks")))?;
         Ok(ranks.into_iter().collect())
     }
 
@@ -458,9 +431,8 @@ impl SqliteStore {
             .collect())
     }
 
-    /// The full-text matches ranked per tier: the best `per_leg` of each
-    /// tier (best first), the bm25 of every match ranked, and the tiers
-    /// whose matches were capped.
+    /// The best `per_leg` full-text matches of each tier (`seq`, rank; tier
+    /// by tier, best first), chosen among the newest `MAX_TEXT_MATCHES`.
     async fn text_matches(
         &self,
         tenant: &str,
@@ -468,8 +440,8 @@ impl SqliteStore {
         fts: &str,
         tiers: &[Tier],
         now: DateTime<Utc>,
-    ) -> StoreResult<TextMatches> {
-        let mut out = TextMatches::default();
+    ) -> StoreResult<Vec<(i64, f64)>> {
+        let mut best = Vec::new();
         for &tier in tiers {
             // The newest MAX_TEXT_MATCHES matches that pass the filters, with
             // their bm25 (computed only for those rows). CROSS JOIN fixes
@@ -477,41 +449,40 @@ impl SqliteStore {
             // rowids, that is `seq`, downwards itself) and each match finds
             // its row by rowid; the other order (walk the agent's rows, run
             // the match against each) costs one full-text query per row.
+            // All in one row, as JSON: the driver hands rows over one by one
+            // between threads, which for 1,000 rows cost more than the query.
+            // (Materialised: bm25 cannot run inside the aggregate.)
             let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
-                "select m.seq, -bm25(memory_fts, 1.0, 0.0) as text_rank from memory_fts \
+                "with r as materialized (select m.seq, -bm25(memory_fts, 1.0, 0.0) as text_rank from memory_fts \
                  cross join memories m on m.seq = memory_fts.rowid where memory_fts match ",
             );
             qb.push_bind(scoped(tenant, &q.agent_id, tier, fts));
             qb.push(" and");
             push_filters(&mut qb, tenant, tier, q, now);
             qb.push(" order by memory_fts.rowid desc limit ").push_bind(MAX_TEXT_MATCHES);
-            let mut ranked: Vec<(i64, f64)> = Vec::new();
-            for row in qb.build().fetch_all(&self.inner.pool).await.map_err(store_error)? {
-                ranked.push((row.try_get("seq").map_err(store_error)?, row.try_get("text_rank").map_err(store_error)?));
-            }
-            if ranked.len() as i64 >= MAX_TEXT_MATCHES {
-                out.capped.push(tier);
-            }
-            out.ranks.extend(ranked.iter().copied());
+            qb.push(") select json_group_array(json_array(seq, text_rank)) from r");
+            let ranked: String = qb.build_query_scalar().fetch_one(&self.inner.pool).await.map_err(store_error)?;
+            let mut ranked: Vec<(i64, f64)> = serde_json::from_str(&ranked)
+                .map_err(|e| StoreError::Internal(anyhow::Error::new(e).context("full-text ranks")))?;
             ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
             ranked.truncate(q.per_leg);
-            out.best.extend(ranked);
+            best.extend(ranked);
         }
-        Ok(out)
+        Ok(best)
     }
 
     /// The best matches' rows as hits, each with its cosine to the query
     /// vector too when it has a vector of the query's model.
-    async fn text_rows(&self, q: &SearchQuery, matches: TextMatches) -> StoreResult<TextLeg> {
-        let seqs: Vec<i64> = matches.best.iter().map(|(seq, _)| *seq).collect();
+    async fn text_rows(&self, q: &SearchQuery, best: Vec<(i64, f64)>) -> StoreResult<Vec<Hit>> {
+        let seqs: Vec<i64> = best.iter().map(|(seq, _)| *seq).collect();
         let mut rows = if seqs.is_empty() { HashMap::new() } else { self.hits_by_seq(q, &seqs).await? };
         let mut hits = Vec::with_capacity(seqs.len());
-        for (seq, rank) in matches.best {
+        for (seq, rank) in best {
             if let Some(mut hit) = rows.remove(&seq) {
                 hit.text_rank = Some(rank);
                 hits.push(hit);
             }
         }
-        Ok(TextLeg { hits, ranks: matches.ranks, capped: matches.capped })
+        Ok(hits)
     }
 }
