@@ -131,18 +131,33 @@ impl AccessRecorder {
     }
 }
 
-/// Share of the query's words (three letters or more) found in the text:
-/// the relevance of working memory, which has no stored vector.
-pub fn word_overlap(query: &str, text: &str) -> f64 {
-    let words = |s: &str| -> HashSet<String> {
-        s.split(|c: char| !c.is_alphanumeric()).filter(|w| w.chars().count() >= 3).map(str::to_lowercase).collect()
-    };
-    let q = words(query);
-    if q.is_empty() {
-        return 0.0;
+/// The query's words of three letters or more, lower case: working memory,
+/// which has no stored vector, is scored by the share of them a text holds.
+pub struct QueryWords(HashSet<String>);
+
+impl QueryWords {
+    pub fn new(query: &str) -> QueryWords {
+        QueryWords(long_words(query).map(str::to_lowercase).collect())
     }
-    let t = words(text);
-    q.intersection(&t).count() as f64 / q.len() as f64
+
+    /// Share of the query's words found in `text`.
+    pub fn overlap(&self, text: &str) -> f64 {
+        if self.0.is_empty() {
+            return 0.0;
+        }
+        let mut found: HashSet<&str> = HashSet::new();
+        for w in long_words(text) {
+            let hit = if w.chars().any(char::is_uppercase) { self.0.get(&w.to_lowercase()) } else { self.0.get(w) };
+            if let Some(q) = hit {
+                found.insert(q);
+            }
+        }
+        found.len() as f64 / self.0.len() as f64
+    }
+}
+
+fn long_words(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !c.is_alphanumeric()).filter(|w| w.chars().count() >= 3)
 }
 
 fn cosine(a: &[f32], b: &[f32]) -> f64 {
@@ -323,12 +338,13 @@ impl MemoryService {
             let own = own[&h.memory.id];
             push(h.memory, own, relevance, h.vector);
         }
+        let query_words = QueryWords::new(&p.query);
         for m in working {
             let in_window = p.since.is_none_or(|s| m.occurred_at >= s) && p.until.is_none_or(|u| m.occurred_at < u);
             let meta_ok = p.metadata.iter().all(|(k, v)| m.metadata.get(k) == Some(v));
             let user_ok = p.user_id.as_ref().is_none_or(|u| m.user_id.as_ref() == Some(u));
             if in_window && meta_ok && user_ok && !m.is_expired(now) {
-                let relevance = word_overlap(&p.query, &m.content);
+                let relevance = query_words.overlap(&m.content);
                 push(m, relevance, relevance, None);
             }
         }
@@ -450,9 +466,9 @@ mod tests {
     #[test]
     fn overlap_is_the_share_of_query_words_found() {
         // Query words ≥ 3 letters: {flight, lisbon, delayed}; the text has flight and lisbon → 2/3.
-        assert!(
-            (word_overlap("Is my flight to Lisbon delayed?", "Booked the flight to Lisbon") - 2.0 / 3.0).abs() < 1e-9
-        );
-        assert_eq!(word_overlap("a an", "anything"), 0.0);
+        let words = QueryWords::new("Is my flight to Lisbon delayed?");
+        assert!((words.overlap("Booked the flight to Lisbon") - 2.0 / 3.0).abs() < 1e-9);
+        assert!((words.overlap("LISBON lisbon Lisbon") - 1.0 / 3.0).abs() < 1e-9);
+        assert_eq!(QueryWords::new("a an").overlap("anything"), 0.0);
     }
 }

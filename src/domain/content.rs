@@ -12,7 +12,10 @@ use unicode_normalization::UnicodeNormalization;
 /// NFKC, lower case, whitespace runs collapsed to one space, trimmed, and
 /// trailing sentence punctuation (`.`, `!`, `?`, `;`) removed.
 pub fn normalize(text: &str) -> String {
-    let folded: String = text.nfkc().flat_map(char::to_lowercase).collect();
+    // ASCII is already in NFKC and lowercases byte by byte: the same result
+    // without the normaliser, which recall runs on every candidate.
+    let folded: String =
+        if text.is_ascii() { text.to_ascii_lowercase() } else { text.nfkc().flat_map(char::to_lowercase).collect() };
     let collapsed = folded.split_whitespace().collect::<Vec<_>>().join(" ");
     collapsed.trim_end_matches(['.', '!', '?', ';', ' ']).to_string()
 }

@@ -229,10 +229,17 @@ pub fn pack(
     let mut order: Vec<usize> = (0..candidates.len()).collect();
     order.sort_by(|&a, &b| candidates[b].score.total_cmp(&candidates[a].score).then(a.cmp(&b)));
     let mut taken: Vec<Option<PackedItem>> = vec![None; candidates.len()];
+    // Each candidate's whole-line cost, counted once: pass 2 asks again for
+    // every candidate pass 1 left out.
+    let mut costs: Vec<Option<usize>> = vec![None; candidates.len()];
 
-    let try_take = |i: usize, room: usize, taken: &mut Vec<Option<PackedItem>>| -> usize {
+    let mut try_take = |i: usize, room: usize, taken: &mut Vec<Option<PackedItem>>| -> usize {
         let c = &candidates[i];
-        let cost = tok.count(&line(c.tier, &c.content));
+        // Every line costs at least one token.
+        if room == 0 {
+            return 0;
+        }
+        let cost = *costs[i].get_or_insert_with(|| tok.count(&line(c.tier, &c.content)));
         if cost <= room {
             taken[i] = Some(PackedItem {
                 id: c.id,
