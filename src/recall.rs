@@ -4,8 +4,8 @@
 //! A search runs concurrently the embedding of the query, the store's vector
 //! and full-text legs over the persistent tiers (the embedded backend ranks
 //! full-text matches while the query is being embedded; the vector leg waits
-//! for the vector) and a read of the session's working memory. Each candidate gets the five score components
-//! (`domain::scoring`); candidates are deduplicated across tiers (same
+//! for the vector) and a read of the session's working memory. Each
+//! candidate gets the five score components (`domain::scoring`); candidates are deduplicated across tiers (same
 //! normalised text, then cosine ≥ `search.dedup_cosine`; the better scored
 //! stays) and the best `top_k` returned. Access counts are updated off the
 //! response path, in batches.

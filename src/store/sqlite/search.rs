@@ -103,6 +103,12 @@ fn push_filters(qb: &mut QueryBuilder<Sqlite>, tenant: &str, tier: Tier, q: &Sea
     }
 }
 
+/// `(seq, rank)` pairs from the `json_group_array(json_array(seq,
+/// text_rank))` the full-text statements return as their one row.
+fn decode_ranks(json: &str) -> StoreResult<Vec<(i64, f64)>> {
+    serde_json::from_str(json).map_err(|e| StoreError::Internal(anyhow::Error::new(e).context("full-text ranks")))
+}
+
 /// Cosine of two vectors of any length (0 when either is zero).
 fn cosine(a: &[f32], b: &[f32]) -> f64 {
     let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x) * f64::from(*x)).sum::<f64>().sqrt();
@@ -332,9 +338,7 @@ impl SqliteStore {
         .fetch_one(&self.inner.pool)
         .await
         .map_err(store_error)?;
-        let ranks: Vec<(i64, f64)> = serde_json::from_str(&ranks)
-            .map_err(|e| StoreError::Internal(anyhow::Error::new(e).context("full-text ranks")))?;
-        Ok(ranks.into_iter().collect())
+        Ok(decode_ranks(&ranks)?.into_iter().collect())
     }
 
     /// The rows of the given `seq`s as hits (no text rank yet), with their
@@ -462,8 +466,7 @@ impl SqliteStore {
             qb.push(" order by memory_fts.rowid desc limit ").push_bind(MAX_TEXT_MATCHES);
             qb.push(") select json_group_array(json_array(seq, text_rank)) from r");
             let ranked: String = qb.build_query_scalar().fetch_one(&self.inner.pool).await.map_err(store_error)?;
-            let mut ranked: Vec<(i64, f64)> = serde_json::from_str(&ranked)
-                .map_err(|e| StoreError::Internal(anyhow::Error::new(e).context("full-text ranks")))?;
+            let mut ranked = decode_ranks(&ranked)?;
             ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
             ranked.truncate(q.per_leg);
             best.extend(ranked);
