@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use engram::config::LocalConfig;
+use engram::config::{LocalConfig, LocalRuntime};
 use engram::embed::Embedder;
 use engram::embed::local::{LocalEmbedder, MiniLm};
 
@@ -40,6 +40,9 @@ struct Args {
     /// The model directory (scripts/fetch-model.sh).
     #[arg(long, env = "ENGRAM_MODEL_DIR", default_value = "data/models/all-MiniLM-L6-v2")]
     model_dir: String,
+    /// embedding.local.runtime: onnx-int8 or candle.
+    #[arg(long, value_enum, default_value_t = Runtime::OnnxInt8)]
+    runtime: Runtime,
     /// embedding.local.threads
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -68,6 +71,21 @@ struct Args {
     /// `cargo bench` passes this to every bench binary; ignored.
     #[arg(long, hide = true)]
     bench: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum)]
+enum Runtime {
+    OnnxInt8,
+    Candle,
+}
+
+impl From<Runtime> for LocalRuntime {
+    fn from(r: Runtime) -> LocalRuntime {
+        match r {
+            Runtime::OnnxInt8 => LocalRuntime::OnnxInt8,
+            Runtime::Candle => LocalRuntime::Candle,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum)]
@@ -111,6 +129,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
     let config = LocalConfig {
         model_dir: args.model_dir.clone(),
+        runtime: args.runtime.into(),
         threads: args.threads,
         batch_window_ms: args.batch_window_ms,
         max_batch: args.max_batch,
@@ -118,7 +137,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let t = Instant::now();
     let embedder = Arc::new(LocalEmbedder::new(&config)?);
     println!(
-        "model loaded and verified in {:.2} s (threads {}, max_batch {}, batch_window_ms {})",
+        "model {} loaded and verified in {:.2} s (threads {}, max_batch {}, batch_window_ms {})",
+        embedder.model_id(),
         t.elapsed().as_secs_f64(),
         args.threads,
         args.max_batch,
@@ -138,7 +158,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     if args.recipe != Recipe::Windows {
         drop(embedder);
-        let model = MiniLm::load(Path::new(&args.model_dir))?;
+        let model = MiniLm::load(Path::new(&args.model_dir), args.runtime.into(), args.threads)?;
         let pool = rayon::ThreadPoolBuilder::new().num_threads(args.threads).build()?;
         let t = Instant::now();
         let (doc_vectors, claim_vectors) = pool.install(|| -> anyhow::Result<_> {
@@ -150,7 +170,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let n = texts.len() + claims.len();
         println!("truncated recipe: {n} texts in {secs:.1} s ({:.2} ms/text)", secs * 1000.0 / n as f64);
         let score = ndcg_at_10(&docs, &doc_vectors, &claims, &claim_vectors);
-        println!("nDCG@10 (MiniLm, each text cut at 256 tokens) = {score:.4}");
+        println!("nDCG@10 ({}, each text cut at 256 tokens) = {score:.4}", model.model_id());
     }
     println!("reference for all-MiniLM-L6-v2 (first 256 tokens): 0.649 ± 0.005");
     Ok(())

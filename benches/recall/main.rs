@@ -298,6 +298,8 @@ async fn main() -> anyhow::Result<()> {
         threads: args.threads,
         batch_window_ms: 0,
         max_batch: 32,
+        // The server's default runtime, so the loaded vectors are in its model's space.
+        ..LocalConfig::default()
     })?;
     let model = embedder.model_id().to_string();
     if let Some(path) = &args.export_data {

@@ -311,7 +311,7 @@ async fn the_bundled_model_finds_memories_that_share_no_word_with_the_query() {
         "Booked a table at the sushi restaurant for Friday",
     ] {
         let m = app.write_one(json!({"agent_id": "a", "tier": "episodic", "content": text})).await;
-        assert_eq!(m["embedding_model"], "all-MiniLM-L6-v2");
+        assert_eq!(m["embedding_model"], "all-MiniLM-L6-v2-int8");
     }
     let results = search(&app, json!({"agent_id": "a", "query": "dog"})).await;
     assert_eq!(contents(&results)[0], "Adopted a golden retriever puppy last weekend", "{results:#?}");
