@@ -13,16 +13,24 @@
 //!   FTS5 syntax, and OR-ed: a question rarely contains every word of its
 //!   answer. Ranked by bm25; `text_rank` is -bm25, larger is better. As in
 //!   Postgres, the matches ranked per tier are bounded (`MAX_TEXT_MATCHES`,
-//!   the newest first): bm25 costs a few microseconds a row, and a long query
-//!   of common words matches most of a large agent's memories.
+//!   the newest first): a long query of common words matches most of a large
+//!   agent's memories.
 //!
 //! As in the Postgres backend, each leg also scores its rows on the other
 //! leg's measure: the vector leg's rows get their bm25 rank (0 when they
 //! match no query word), the text leg's rows their cosine and vector when
 //! they have a vector of the query's model. A memory one leg found is then
-//! fused from both scores. The vector rows' ranks are computed in one
-//! statement for all of them (`text_ranks`), while the text leg may still be
-//! ranking its matches (which it starts before the query vector is known).
+//! fused from both scores.
+//!
+//! The order of the work follows what it costs. Finding each tier's newest
+//! matches is cheap and needs no vector. bm25 is not: each statement that
+//! computes it first walks every query word's whole posting list (its idf,
+//! about 4 ms at 100K memories), then reads each ranked row's token counts.
+//! So the text leg ranks all its candidates in one statement (`text_ranks`),
+//! while the query is being embedded. A vector row newer than its tier's
+//! oldest candidate needs no statement of its own: had it matched a word, it
+//! would be a candidate (ranked), otherwise it ranks 0. Only the vector rows
+//! older than a cut candidate list are ranked by a second statement.
 
 use std::collections::{HashMap, HashSet};
 
@@ -33,6 +41,7 @@ use futures::FutureExt;
 use futures::try_join;
 use serde_json::Value;
 use sqlx::{QueryBuilder, Row, Sqlite};
+use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::fts::{fts_query, scoped};
@@ -43,9 +52,8 @@ use crate::domain::{Memory, Tier};
 use crate::store::{Adjacent, Hit, PendingVector, SearchHits, SearchQuery, StoreError, StoreResult};
 
 /// Most full-text matches ranked per tier and query, the newest first.
-/// Lower than Postgres's bound: FTS5 computes bm25 row by row, with the row
-/// read, so on an agent of 100K memories and long queries the three tiers'
-/// statements took about 24 ms with 2,000 a tier and 18 ms with 1,000.
+/// Lower than Postgres's bound: FTS5 computes bm25 row by row, with the row's
+/// token counts read, about 2 µs a row on top of the statement's fixed cost.
 pub const MAX_TEXT_MATCHES: i64 = 1_000;
 
 /// `metadata.KEY` equals VALUE as JSON values (Postgres's jsonb `=`):
@@ -109,6 +117,28 @@ fn decode_ranks(json: &str) -> StoreResult<Vec<(i64, f64)>> {
     serde_json::from_str(json).map_err(|e| StoreError::Internal(anyhow::Error::new(e).context("full-text ranks")))
 }
 
+/// One tier's full-text candidates: its newest matches, newest first.
+struct Candidates {
+    tier: Tier,
+    seqs: Vec<i64>,
+    /// Whether `MAX_TEXT_MATCHES` cut the list: older rows may match too.
+    capped: bool,
+}
+
+impl Candidates {
+    /// Whether a row of this tier that passes the filters may match a query
+    /// word without being listed: only below a cut list's oldest row.
+    fn unknown(&self, seq: i64) -> bool {
+        self.capped && self.seqs.last().is_some_and(|oldest| seq < *oldest)
+    }
+
+    /// Only what `unknown` reads: the tier and, when cut, the oldest row.
+    fn bound(&self) -> Candidates {
+        let seqs = if self.capped { self.seqs.last().copied().into_iter().collect() } else { Vec::new() };
+        Candidates { tier: self.tier, seqs, capped: self.capped }
+    }
+}
+
 /// Cosine of two vectors of any length (0 when either is zero).
 fn cosine(a: &[f32], b: &[f32]) -> f64 {
     let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x) * f64::from(*x)).sum::<f64>().sqrt();
@@ -150,43 +180,71 @@ impl SqliteStore {
         let fts = fts_query(&q.text);
         let fts = fts.as_deref();
         let vector = vector.shared();
+        // Where each tier's candidates end, for the vector leg: its rows
+        // below a cut list's oldest need a bm25 statement of their own.
+        let (bounds_tx, bounds_rx) = oneshot::channel::<Vec<Candidates>>();
         let vector_leg = async {
             let Some(embedding) = vector.clone().await else {
-                return Ok::<_, StoreError>((None, 0.0));
+                return Ok::<_, StoreError>((None, HashMap::new(), 0.0));
             };
             let started = Instant::now();
             let q = SearchQuery { vector: Some(embedding), ..q.clone() };
-            let mut hits = self.vector_leg(tenant, &q, &tiers, now).await?;
-            // Their bm25, in one statement (0 for a row that matches no
-            // word), while the text leg may still be ranking.
+            let hits = self.vector_leg(tenant, &q, &tiers, now).await?;
+            let mut ranks = HashMap::new();
             if let Some(fts) = fts {
-                let seqs: Vec<i64> = hits.iter().map(|(_, seq)| *seq).collect();
-                let ranks = self.text_ranks(fts, &seqs).await?;
-                for (hit, seq) in &mut hits {
-                    hit.text_rank = Some(ranks.get(seq).copied().unwrap_or(0.0));
+                // No candidates (their statement failed): the error is the answer.
+                let bounds = bounds_rx.await.unwrap_or_default();
+                let old: Vec<i64> = hits
+                    .iter()
+                    .filter(|(hit, seq)| bounds.iter().any(|c| c.tier == hit.memory.tier && c.unknown(*seq)))
+                    .map(|(_, seq)| *seq)
+                    .collect();
+                if !old.is_empty() {
+                    ranks = self.text_ranks(fts, &old).await?;
                 }
             }
             observe("search_vector", started);
-            Ok((Some(hits), started.elapsed().as_secs_f64() * 1e3))
+            Ok((Some(hits), ranks, started.elapsed().as_secs_f64()))
         };
-        // The full-text ranking needs no vector: it runs while the query is
-        // being embedded; only reading the best rows (with their cosine)
-        // waits for the vector. The time waited is not the leg's.
+        // The text leg needs no vector until it reads its best rows (with
+        // their cosine): finding and ranking the matches runs while the
+        // query is being embedded.
         let text_leg = async {
             let Some(fts) = fts else {
-                return Ok::<_, StoreError>((None, 0.0));
+                return Ok::<_, StoreError>((None, HashMap::new(), 0.0));
             };
             let started = Instant::now();
-            let matches = self.text_matches(tenant, q, fts, &tiers, now).await?;
+            let candidates = self.text_candidates(tenant, q, fts, &tiers, now).await?;
+            let _ = bounds_tx.send(candidates.iter().map(Candidates::bound).collect());
+            let mut seqs: Vec<i64> = candidates.iter().flat_map(|c| c.seqs.iter().copied()).collect();
+            seqs.sort_unstable();
+            let ranks = self.text_ranks(fts, &seqs).await?;
+            let mut best = Vec::new();
+            for c in &candidates {
+                let mut ranked: Vec<(i64, f64)> =
+                    c.seqs.iter().map(|seq| (*seq, ranks.get(seq).copied().unwrap_or(0.0))).collect();
+                ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                ranked.truncate(q.per_leg);
+                best.extend(ranked);
+            }
             let ranking = started.elapsed().as_secs_f64();
             let q = SearchQuery { vector: vector.clone().await, ..q.clone() };
             let started = Instant::now();
-            let hits = self.text_rows(&q, matches).await?;
+            let hits = self.text_rows(&q, best).await?;
             let seconds = ranking + started.elapsed().as_secs_f64();
             record("search_text", seconds);
-            Ok((Some(hits), seconds * 1e3))
+            Ok((Some(hits), ranks, seconds))
         };
-        let ((vector_hits, vector_ms), (text_hits, text_ms)) = try_join!(vector_leg, text_leg)?;
+        let ((mut vector_hits, old_ranks, vector_seconds), (text_hits, text_ranks, text_seconds)) =
+            try_join!(vector_leg, text_leg)?;
+        if fts.is_some() {
+            // A vector row is ranked with the candidates, or on its own when
+            // older than them; otherwise it matches no query word: 0.
+            for (hit, seq) in vector_hits.iter_mut().flatten() {
+                let rank = text_ranks.get(seq).or_else(|| old_ranks.get(seq)).copied().unwrap_or(0.0);
+                hit.text_rank = Some(rank);
+            }
+        }
         let vector_leg = vector_hits.is_some();
         let mut hits: Vec<Hit> = vector_hits.unwrap_or_default().into_iter().map(|(h, _)| h).collect();
         let text_leg_ran = text_hits.is_some();
@@ -195,7 +253,13 @@ impl SqliteStore {
                 hits.push(t);
             }
         }
-        Ok(SearchHits { hits, vector_leg, text_leg: text_leg_ran, vector_ms, text_ms })
+        Ok(SearchHits {
+            hits,
+            vector_leg,
+            text_leg: text_leg_ran,
+            vector_ms: vector_seconds * 1e3,
+            text_ms: text_seconds * 1e3,
+        })
     }
 
     /// The nearest rows by cosine, with their `seq` (their text rank is
@@ -435,43 +499,40 @@ impl SqliteStore {
             .collect())
     }
 
-    /// The best `per_leg` full-text matches of each tier (`seq`, rank; tier
-    /// by tier, best first), chosen among the newest `MAX_TEXT_MATCHES`.
-    async fn text_matches(
+    /// Each tier's newest `MAX_TEXT_MATCHES` full-text matches that pass
+    /// the filters (their `seq`, newest first), unranked.
+    async fn text_candidates(
         &self,
         tenant: &str,
         q: &SearchQuery,
         fts: &str,
         tiers: &[Tier],
         now: DateTime<Utc>,
-    ) -> StoreResult<Vec<(i64, f64)>> {
-        let mut best = Vec::new();
+    ) -> StoreResult<Vec<Candidates>> {
+        let mut out = Vec::with_capacity(tiers.len());
         for &tier in tiers {
-            // The newest MAX_TEXT_MATCHES matches that pass the filters, with
-            // their bm25 (computed only for those rows). CROSS JOIN fixes
-            // SQLite's join order: the full-text match drives (FTS5 walks its
-            // rowids, that is `seq`, downwards itself) and each match finds
-            // its row by rowid; the other order (walk the agent's rows, run
-            // the match against each) costs one full-text query per row.
-            // All in one row, as JSON: the driver hands rows over one by one
-            // between threads, which for 1,000 rows cost more than the query.
-            // (Materialised: bm25 cannot run inside the aggregate.)
+            // CROSS JOIN fixes SQLite's join order: the full-text match
+            // drives (FTS5 walks its rowids, that is `seq`, downwards itself)
+            // and each match finds its row by rowid; the other order (walk
+            // the agent's rows, run the match against each) costs one
+            // full-text query per row. All in one row, as JSON: the driver
+            // hands rows over one by one between threads, which for 1,000
+            // rows cost more than the query.
             let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
-                "with r as materialized (select m.seq, -bm25(memory_fts, 1.0, 0.0) as text_rank from memory_fts \
-                 cross join memories m on m.seq = memory_fts.rowid where memory_fts match ",
+                "with r as materialized (select m.seq from memory_fts cross join memories m \
+                 on m.seq = memory_fts.rowid where memory_fts match ",
             );
             qb.push_bind(scoped(tenant, &q.agent_id, tier, fts));
             qb.push(" and");
             push_filters(&mut qb, tenant, tier, q, now);
             qb.push(" order by memory_fts.rowid desc limit ").push_bind(MAX_TEXT_MATCHES);
-            qb.push(") select json_group_array(json_array(seq, text_rank)) from r");
-            let ranked: String = qb.build_query_scalar().fetch_one(&self.inner.pool).await.map_err(store_error)?;
-            let mut ranked = decode_ranks(&ranked)?;
-            ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-            ranked.truncate(q.per_leg);
-            best.extend(ranked);
+            qb.push(") select json_group_array(seq) from r");
+            let seqs: String = qb.build_query_scalar().fetch_one(&self.inner.pool).await.map_err(store_error)?;
+            let seqs: Vec<i64> = serde_json::from_str(&seqs)
+                .map_err(|e| StoreError::Internal(anyhow::Error::new(e).context("full-text matches")))?;
+            out.push(Candidates { tier, capped: seqs.len() as i64 >= MAX_TEXT_MATCHES, seqs });
         }
-        Ok(best)
+        Ok(out)
     }
 
     /// The best matches' rows as hits, each with its cosine to the query

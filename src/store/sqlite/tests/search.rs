@@ -373,6 +373,38 @@ async fn a_capped_tier_ranks_its_newest_matches_and_its_vector_rows_get_their_ow
 }
 
 #[tokio::test]
+async fn vector_rows_among_a_capped_tiers_newest_take_their_rank_from_the_candidates() {
+    let dir = TempDir::new();
+    let store = open(&dir).await;
+    let n = super::super::search::MAX_TEXT_MATCHES as usize + 200;
+    // Every memory says "kiwi" but the two newest: the newest is the query's
+    // nearest and matches no word, the next one is second nearest and says
+    // "orchard" only.
+    let items: Vec<PreparedMemory> = (0..n + 2)
+        .map(|k| {
+            let (text, v) = match n + 1 - k {
+                0 => ("A plum tart for dessert.".to_string(), [1.0, 0.0]),
+                1 => ("The orchard by the river.".to_string(), [0.9, 0.1]),
+                _ => (format!("Kiwi note number {k}."), [0.0, 1.0]),
+            };
+            prepared(new_memory(Tier::Episodic, "a", &text), emb("m1", &v))
+        })
+        .collect();
+    let written = write(&store, "t1", items, at(0)).await;
+    let (plum, orchard) = (written[n + 1].memory.id, written[n].memory.id);
+    let fts = r#""kiwi" OR "orchard""#;
+
+    let mut q = query("a", "kiwi orchard", emb("m1", &[1.0, 0.0]));
+    q.per_leg = 2;
+    let hits = store.search("t1", &q, at(1)).await.unwrap();
+    let rank = |id: Uuid| hits.hits.iter().find(|h| h.memory.id == id).and_then(|h| h.text_rank);
+    assert_eq!(bm25_of(&store, fts, plum).await, None);
+    assert_eq!(rank(plum), Some(0.0));
+    let alone = bm25_of(&store, fts, orchard).await.unwrap();
+    assert!((rank(orchard).unwrap() - alone).abs() < 1e-9, "{:?} vs {alone}", rank(orchard));
+}
+
+#[tokio::test]
 async fn a_query_vector_that_arrives_late_gives_the_same_hits() {
     let dir = TempDir::new();
     let store = open(&dir).await;
