@@ -39,6 +39,12 @@ pub const ELLIPSIS: &str = " … ";
 /// Counts and cuts text in a model's tokens.
 pub trait Tokenizer: Send + Sync {
     fn count(&self, text: &str) -> usize;
+    /// A number `count(text)` is never below, much cheaper to compute: lets
+    /// packing pass over a candidate that cannot fit without counting it.
+    /// 0 when none is known.
+    fn at_least(&self, _text: &str) -> usize {
+        0
+    }
     /// The longest prefix of `text` of at most `max_tokens` tokens.
     fn truncate(&self, text: &str, max_tokens: usize) -> String;
 }
@@ -239,7 +245,14 @@ pub fn pack(
         if room == 0 {
             return 0;
         }
-        let cost = *costs[i].get_or_insert_with(|| tok.count(&line(c.tier, &c.content)));
+        let cost = match costs[i] {
+            Some(cost) => cost,
+            None => {
+                let whole = line(c.tier, &c.content);
+                // Surely too long: no need to count it exactly (yet).
+                if tok.at_least(&whole) > room { usize::MAX } else { *costs[i].insert(tok.count(&whole)) }
+            }
+        };
         if cost <= room {
             taken[i] = Some(PackedItem {
                 id: c.id,
@@ -322,6 +335,9 @@ mod tests {
         }
         fn truncate(&self, text: &str, max_tokens: usize) -> String {
             text.split_whitespace().take(max_tokens).collect::<Vec<_>>().join(" ")
+        }
+        fn at_least(&self, text: &str) -> usize {
+            self.count(text)
         }
     }
 
@@ -422,6 +438,44 @@ mod tests {
             assert!(packed.tokens_used <= budget, "budget {budget}: used {}", packed.tokens_used);
             assert_eq!(packed.tokens_used, tok.count(&packed.rendered));
             assert_eq!(packed.items.len() + packed.dropped_ids.len(), 40);
+        }
+    }
+
+    /// The BPE tokenizer without its cheap lower bound.
+    struct CountEverything(crate::domain::tokens::Bpe);
+
+    impl Tokenizer for CountEverything {
+        fn count(&self, text: &str) -> usize {
+            self.0.count(text)
+        }
+        fn truncate(&self, text: &str, max_tokens: usize) -> String {
+            self.0.truncate(text, max_tokens)
+        }
+    }
+
+    #[test]
+    fn skipping_candidates_that_cannot_fit_packs_the_same() {
+        let tok = crate::domain::tokens::Bpe::new(crate::domain::tokens::Encoding::Cl100kBase);
+        let cands: Vec<Candidate> = (0..120)
+            .map(|i| {
+                let content = match i % 3 {
+                    0 => format!("Memory {i}: a short note on flight {i}."),
+                    1 => format!(
+                        "Memory {i}: the user asked about flight {i} to Lisbon. It was delayed. {}",
+                        "Then more. ".repeat(i as usize % 7)
+                    ),
+                    _ => format!(
+                        "Memory {i}, long: {}",
+                        "the crew waited at the gate for the late bags, ".repeat(1 + i as usize % 5)
+                    ),
+                };
+                cand(i, Tier::ALL[(i % 4) as usize], &content, 1.0 - i as f64 / 1000.0)
+            })
+            .collect();
+        for budget in [0, 5, 17, 64, 100, 333, 1000, 5000] {
+            let fast = pack(&cands, "flight delayed", budget, &Allocation::default(), &tok);
+            let slow = pack(&cands, "flight delayed", budget, &Allocation::default(), &CountEverything(tok.clone()));
+            assert_eq!(fast, slow, "budget {budget}");
         }
     }
 }

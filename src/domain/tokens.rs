@@ -44,6 +44,14 @@ impl Tokenizer for Bpe {
         self.0.encode_ordinary(text).len()
     }
 
+    /// The number of whitespace-separated words. Both encodings first split
+    /// the text with a pattern whose pieces never span whitespace (a piece
+    /// may only start with one whitespace character, before its word), and
+    /// BPE merges only within a piece: every word costs at least one token.
+    fn at_least(&self, text: &str) -> usize {
+        text.split_whitespace().count()
+    }
+
     fn truncate(&self, text: &str, max_tokens: usize) -> String {
         let tokens = self.0.encode_ordinary(text);
         if tokens.len() <= max_tokens {
@@ -66,6 +74,27 @@ impl Tokenizer for Bpe {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_text_never_counts_fewer_tokens_than_words() {
+        let texts = [
+            "The user prefers dark mode and aisle seats.",
+            "a b c d e f g",
+            "Flight LH1234 on 2024-05-03 at 07:45 — gate B12, seat 14C!",
+            "  spaced\tout\n\nwords  with \u{a0}no-break spaces ",
+            "naïve café Ünïcödé 東京タワー 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 e\u{301}e\u{301} \u{301}\u{301}",
+            "'s 't 're ... !!! ??? 123456789 ===== ---",
+            "",
+        ];
+        for encoding in [Encoding::Cl100kBase, Encoding::O200kBase] {
+            let bpe = Bpe::new(encoding);
+            for text in texts {
+                let (least, count) = (bpe.at_least(text), bpe.count(text));
+                assert!(least <= count, "{encoding:?} {text:?}: at least {least}, counted {count}");
+            }
+            assert_eq!(bpe.at_least("a b c d e f g"), bpe.count("a b c d e f g"));
+        }
+    }
 
     #[test]
     fn both_encodings_count_like_tiktoken() {
