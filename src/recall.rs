@@ -160,8 +160,9 @@ fn long_words(text: &str) -> impl Iterator<Item = &str> {
     text.split(|c: char| !c.is_alphanumeric()).filter(|w| w.chars().count() >= 3)
 }
 
+/// Cosine of two stored (unit-length) vectors.
 fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    f64::from(a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>())
+    f64::from(crate::embed::dot(a, b))
 }
 
 struct Scored {

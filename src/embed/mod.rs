@@ -48,3 +48,19 @@ pub fn normalize(v: &mut [f32]) {
         v.iter_mut().for_each(|x| *x /= norm);
     }
 }
+
+/// The dot product of two vectors of one length: their cosine when both are
+/// unit length. Sixteen independent sums, so the compiler can keep them in
+/// vector registers (a single running sum is a dependency chain it may not
+/// reorder).
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ca.zip(cb) {
+        for ((a, x), y) in acc.iter_mut().zip(x).zip(y) {
+            *a += x * y;
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}

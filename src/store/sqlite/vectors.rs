@@ -31,6 +31,7 @@ use uuid::Uuid;
 
 use super::rows::decode_vector;
 use crate::domain::{Memory, Tier};
+use crate::embed::dot;
 
 /// Which vectors one search may compare: one tenant's agent, one model.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -284,21 +285,6 @@ fn prepare(v: &[f32]) -> (Vec<f32>, Vec<i8>, f32) {
     let step = max / 127.0;
     let codes = normalised.iter().map(|x| (x / step).round().clamp(-127.0, 127.0) as i8).collect();
     (normalised, codes, step)
-}
-
-/// Cosine of two normalised vectors. Sixteen independent sums so the
-/// compiler can keep them in vector registers (a single running sum is a
-/// dependency chain it may not reorder).
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 16];
-    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
-    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
-    for (x, y) in ca.zip(cb) {
-        for ((a, x), y) in acc.iter_mut().zip(x).zip(y) {
-            *a += x * y;
-        }
-    }
-    acc.iter().sum::<f32>() + tail
 }
 
 /// The integer dot product of the query's codes with every row of `codes`.
