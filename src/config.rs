@@ -222,8 +222,8 @@ pub struct LocalConfig {
 #[serde(rename_all = "kebab-case")]
 pub enum LocalRuntime {
     /// all-MiniLM-L6-v2 with int8 weights on ONNX Runtime (loaded from the
-    /// model directory): model id `all-MiniLM-L6-v2-int8`, about three times
-    /// faster than candle for one query.
+    /// model directory): model id `all-MiniLM-L6-v2-int8`, about twice as
+    /// fast as candle for one query.
     OnnxInt8,
     /// all-MiniLM-L6-v2 with its f32 weights on candle, pure Rust: model id
     /// `all-MiniLM-L6-v2`. For platforms the fetched ONNX Runtime does not run on.

@@ -5,8 +5,8 @@
 //! - `onnx-int8` (default), model id `all-MiniLM-L6-v2-int8`: the model
 //!   exported to ONNX with int8 weights, on ONNX Runtime, whose shared library
 //!   is loaded from the model directory at start (`ort` with `load-dynamic`:
-//!   nothing is linked or downloaded at build time). About 6 ms for a short
-//!   query on one core, against about 17 ms for candle.
+//!   nothing is linked or downloaded at build time). About 7 ms for a short
+//!   query on one core, against about 15 ms for candle.
 //! - `candle`, model id `all-MiniLM-L6-v2`: the original f32 weights on
 //!   candle, pure Rust, for platforms the fetched ONNX Runtime does not run on.
 //!
