@@ -94,15 +94,6 @@ const ONNX_RUNTIME: (&str, &str) =
 
 const FETCH_HINT: &str = "run scripts/fetch-model.sh";
 
-impl LocalRuntime {
-    pub fn model_id(self) -> &'static str {
-        match self {
-            LocalRuntime::OnnxInt8 => MODEL_ID_INT8,
-            LocalRuntime::Candle => MODEL_ID,
-        }
-    }
-}
-
 /// Reads `dir/name` and checks its sha256; errors name the fetch script.
 fn read_verified(dir: &Path, (name, sha256): (&str, &str)) -> anyhow::Result<Vec<u8>> {
     let path = dir.join(name);
