@@ -111,31 +111,38 @@ fn push_filters(qb: &mut QueryBuilder<Sqlite>, tenant: &str, tier: Tier, q: &Sea
     }
 }
 
-/// `(seq, rank)` pairs from the `json_group_array(json_array(seq,
-/// text_rank))` the full-text statements return as their one row.
-fn decode_ranks(json: &str) -> StoreResult<Vec<(i64, f64)>> {
-    serde_json::from_str(json).map_err(|e| StoreError::Internal(anyhow::Error::new(e).context("full-text ranks")))
+/// The one row of JSON a full-text statement returns (`json_group_array`
+/// of `seq`s, or of `[seq, text_rank]` pairs).
+fn decode_json<T: serde::de::DeserializeOwned>(json: &str, what: &'static str) -> StoreResult<T> {
+    serde_json::from_str(json).map_err(|e| StoreError::Internal(anyhow::Error::new(e).context(what)))
 }
 
 /// One tier's full-text candidates: its newest matches, newest first.
 struct Candidates {
     tier: Tier,
     seqs: Vec<i64>,
-    /// Whether `MAX_TEXT_MATCHES` cut the list: older rows may match too.
-    capped: bool,
 }
 
 impl Candidates {
-    /// Whether a row of this tier that passes the filters may match a query
-    /// word without being listed: only below a cut list's oldest row.
-    fn unknown(&self, seq: i64) -> bool {
-        self.capped && self.seqs.last().is_some_and(|oldest| seq < *oldest)
+    /// Where the list stops telling whether a row matches.
+    fn cutoff(&self) -> Cutoff {
+        let cut = self.seqs.len() as i64 >= MAX_TEXT_MATCHES;
+        Cutoff { tier: self.tier, oldest: if cut { self.seqs.last().copied() } else { None } }
     }
+}
 
-    /// Only what `unknown` reads: the tier and, when cut, the oldest row.
-    fn bound(&self) -> Candidates {
-        let seqs = if self.capped { self.seqs.last().copied().into_iter().collect() } else { Vec::new() };
-        Candidates { tier: self.tier, seqs, capped: self.capped }
+/// A tier's candidate list as the vector leg sees it: when `MAX_TEXT_MATCHES`
+/// cut the list, its oldest row.
+struct Cutoff {
+    tier: Tier,
+    oldest: Option<i64>,
+}
+
+impl Cutoff {
+    /// Whether a row of this tier that passes the filters may match a query
+    /// word without being a candidate: only below a cut list's oldest row.
+    fn unknown(&self, tier: Tier, seq: i64) -> bool {
+        tier == self.tier && self.oldest.is_some_and(|oldest| seq < oldest)
     }
 }
 
@@ -182,7 +189,7 @@ impl SqliteStore {
         let vector = vector.shared();
         // Where each tier's candidates end, for the vector leg: its rows
         // below a cut list's oldest need a bm25 statement of their own.
-        let (bounds_tx, bounds_rx) = oneshot::channel::<Vec<Candidates>>();
+        let (cutoffs_tx, cutoffs_rx) = oneshot::channel::<Vec<Cutoff>>();
         let vector_leg = async {
             let Some(embedding) = vector.clone().await else {
                 return Ok::<_, StoreError>((None, HashMap::new(), 0.0));
@@ -193,10 +200,10 @@ impl SqliteStore {
             let mut ranks = HashMap::new();
             if let Some(fts) = fts {
                 // No candidates (their statement failed): the error is the answer.
-                let bounds = bounds_rx.await.unwrap_or_default();
+                let cutoffs = cutoffs_rx.await.unwrap_or_default();
                 let old: Vec<i64> = hits
                     .iter()
-                    .filter(|(hit, seq)| bounds.iter().any(|c| c.tier == hit.memory.tier && c.unknown(*seq)))
+                    .filter(|(hit, seq)| cutoffs.iter().any(|c| c.unknown(hit.memory.tier, *seq)))
                     .map(|(_, seq)| *seq)
                     .collect();
                 if !old.is_empty() {
@@ -215,7 +222,7 @@ impl SqliteStore {
             };
             let started = Instant::now();
             let candidates = self.text_candidates(tenant, q, fts, &tiers, now).await?;
-            let _ = bounds_tx.send(candidates.iter().map(Candidates::bound).collect());
+            let _ = cutoffs_tx.send(candidates.iter().map(Candidates::cutoff).collect());
             let mut seqs: Vec<i64> = candidates.iter().flat_map(|c| c.seqs.iter().copied()).collect();
             seqs.sort_unstable();
             let ranks = self.text_ranks(fts, &seqs).await?;
@@ -247,12 +254,9 @@ impl SqliteStore {
         }
         let vector_leg = vector_hits.is_some();
         let mut hits: Vec<Hit> = vector_hits.unwrap_or_default().into_iter().map(|(h, _)| h).collect();
+        let mut seen: HashSet<Uuid> = hits.iter().map(|h| h.memory.id).collect();
         let text_leg_ran = text_hits.is_some();
-        for t in text_hits.unwrap_or_default() {
-            if !hits.iter().any(|h| h.memory.id == t.memory.id) {
-                hits.push(t);
-            }
-        }
+        hits.extend(text_hits.unwrap_or_default().into_iter().filter(|t| seen.insert(t.memory.id)));
         Ok(SearchHits {
             hits,
             vector_leg,
@@ -402,7 +406,7 @@ impl SqliteStore {
         .fetch_one(&self.inner.pool)
         .await
         .map_err(store_error)?;
-        Ok(decode_ranks(&ranks)?.into_iter().collect())
+        Ok(decode_json::<Vec<(i64, f64)>>(&ranks, "full-text ranks")?.into_iter().collect())
     }
 
     /// The rows of the given `seq`s as hits (no text rank yet), with their
@@ -528,9 +532,7 @@ impl SqliteStore {
             qb.push(" order by memory_fts.rowid desc limit ").push_bind(MAX_TEXT_MATCHES);
             qb.push(") select json_group_array(seq) from r");
             let seqs: String = qb.build_query_scalar().fetch_one(&self.inner.pool).await.map_err(store_error)?;
-            let seqs: Vec<i64> = serde_json::from_str(&seqs)
-                .map_err(|e| StoreError::Internal(anyhow::Error::new(e).context("full-text matches")))?;
-            out.push(Candidates { tier, capped: seqs.len() as i64 >= MAX_TEXT_MATCHES, seqs });
+            out.push(Candidates { tier, seqs: decode_json(&seqs, "full-text matches")? });
         }
         Ok(out)
     }

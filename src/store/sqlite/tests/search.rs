@@ -329,6 +329,17 @@ async fn bm25_of(store: &SqliteStore, fts: &str, id: Uuid) -> Option<f64> {
     .unwrap()
 }
 
+/// `count` episodic memories of agent "a" saying "Kiwi note number k." with
+/// vector [0, 1], except where `special` gives a text and vector of its own.
+fn kiwi_notes(count: usize, special: impl Fn(usize) -> Option<(&'static str, [f32; 2])>) -> Vec<PreparedMemory> {
+    (0..count)
+        .map(|k| {
+            let (text, v) = special(k).map_or((format!("Kiwi note number {k}."), [0.0, 1.0]), |(t, v)| (t.into(), v));
+            prepared(new_memory(Tier::Episodic, "a", &text), emb("m1", &v))
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn a_capped_tier_ranks_its_newest_matches_and_its_vector_rows_get_their_own_bm25() {
     let dir = TempDir::new();
@@ -336,16 +347,11 @@ async fn a_capped_tier_ranks_its_newest_matches_and_its_vector_rows_get_their_ow
     let n = super::super::search::MAX_TEXT_MATCHES as usize + 200;
     // The oldest memory is the query's nearest and its best text match; the
     // next oldest matches one word; every memory says "kiwi".
-    let items: Vec<PreparedMemory> = (0..n)
-        .map(|k| {
-            let (text, v) = match k {
-                0 => ("The kiwi orchard by the river, kiwi after kiwi.".to_string(), [1.0, 0.0]),
-                1 => ("A kiwi note, the second.".to_string(), [0.9, 0.1]),
-                _ => (format!("Kiwi note number {k}."), [0.0, 1.0]),
-            };
-            prepared(new_memory(Tier::Episodic, "a", &text), emb("m1", &v))
-        })
-        .collect();
+    let items = kiwi_notes(n, |k| match k {
+        0 => Some(("The kiwi orchard by the river, kiwi after kiwi.", [1.0, 0.0])),
+        1 => Some(("A kiwi note, the second.", [0.9, 0.1])),
+        _ => None,
+    });
     let written = write(&store, "t1", items, at(0)).await;
     let ids: Vec<Uuid> = written.iter().map(|w| w.memory.id).collect();
     let fts = r#""kiwi" OR "orchard""#;
@@ -380,16 +386,11 @@ async fn vector_rows_among_a_capped_tiers_newest_take_their_rank_from_the_candid
     // Every memory says "kiwi" but the two newest: the newest is the query's
     // nearest and matches no word, the next one is second nearest and says
     // "orchard" only.
-    let items: Vec<PreparedMemory> = (0..n + 2)
-        .map(|k| {
-            let (text, v) = match n + 1 - k {
-                0 => ("A plum tart for dessert.".to_string(), [1.0, 0.0]),
-                1 => ("The orchard by the river.".to_string(), [0.9, 0.1]),
-                _ => (format!("Kiwi note number {k}."), [0.0, 1.0]),
-            };
-            prepared(new_memory(Tier::Episodic, "a", &text), emb("m1", &v))
-        })
-        .collect();
+    let items = kiwi_notes(n + 2, |k| match n + 1 - k {
+        0 => Some(("A plum tart for dessert.", [1.0, 0.0])),
+        1 => Some(("The orchard by the river.", [0.9, 0.1])),
+        _ => None,
+    });
     let written = write(&store, "t1", items, at(0)).await;
     let (plum, orchard) = (written[n + 1].memory.id, written[n].memory.id);
     let fts = r#""kiwi" OR "orchard""#;
