@@ -33,16 +33,29 @@ impl SqliteStore {
         if ops.is_empty() {
             return;
         }
-        let mut index = self.inner.vectors.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut vectors = self.inner.vectors.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut text = self.inner.text.write().unwrap_or_else(|poisoned| poisoned.into_inner());
         for op in ops {
             match op {
                 IndexOp::Put(m, e) => {
-                    let entry = Entry::of(&m);
-                    index.put(tenant, &m.agent_id, &e.model, &e.vector, entry);
+                    match e {
+                        Some(e) => vectors.put(tenant, &m.agent_id, &e.model, &e.vector, Entry::of(&m)),
+                        None => vectors.remove(tenant, m.id),
+                    }
+                    text.put(tenant, &m);
                 }
-                IndexOp::Refresh(m) => index.refresh(tenant, Entry::of(&m)),
-                IndexOp::Retire(id) => index.retire(tenant, id),
-                IndexOp::Remove(id) => index.remove(tenant, id),
+                IndexOp::Refresh(m) => {
+                    vectors.refresh(tenant, Entry::of(&m));
+                    text.refresh(tenant, Entry::of(&m));
+                }
+                IndexOp::Retire(id) => {
+                    vectors.retire(tenant, id);
+                    text.retire(tenant, id);
+                }
+                IndexOp::Remove(id) => {
+                    vectors.remove(tenant, id);
+                    text.remove(tenant, id);
+                }
             }
         }
     }

@@ -3,9 +3,9 @@
 //!
 //! - `memories.rs`: `MemoryStore` (transactions, reads, listing, patches, history).
 //! - `write.rs`: the per-tier write rules (dedup, supersede, upsert, idempotency key).
-//! - `search.rs`: the two recall legs (FTS5 and the vector index).
-//! - `fts.rs`: user text to a safe, scoped FTS5 expression.
-//! - `vectors.rs`: the in-process vector index, rebuilt from the database at open.
+//! - `search.rs`: the two recall legs (the full-text and the vector index).
+//! - `text.rs`: the in-process full-text index (bm25), rebuilt from the database at open.
+//! - `vectors.rs`: the in-process vector index, rebuilt the same way.
 //! - `reembed.rs`: moving stored vectors to the configured model.
 //! - `transfer.rs`: export and import, rows copied as they are.
 //! - `working.rs`: `WorkingMemory` as a table, `SkillCache` as a map.
@@ -16,15 +16,15 @@
 //! every write transaction runs behind one async mutex (`write_gate`):
 //! SQLite has one writer at a time anyway, and serialising here means a
 //! transaction that reads before it writes can never fail to upgrade its
-//! lock, and vector-index updates apply in commit order.
+//! lock, and the in-process indexes change in commit order.
 //!
 //! Must not: know about HTTP, or be used by two processes on one directory.
 
-mod fts;
 mod memories;
 mod reembed;
 mod rows;
 mod search;
+mod text;
 mod transfer;
 mod vectors;
 mod working;
@@ -44,6 +44,7 @@ use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
 use super::StoreError;
+pub use text::TextIndex;
 pub use vectors::VectorIndex;
 pub use working::{LocalSkillCache, SqliteWorkingMemory};
 
@@ -76,7 +77,7 @@ impl Default for SqliteSettings {
 
 /// The persistent tiers (and, through `working_memory`, working memory) in
 /// one SQLite database. Cheap to clone: every clone shares the pool, the
-/// lock and the vector index.
+/// lock and the in-process indexes.
 #[derive(Clone)]
 pub struct SqliteStore {
     inner: Arc<Inner>,
@@ -86,12 +87,14 @@ struct Inner {
     /// Connections to `engram.db`; reads take any, writes take one while
     /// holding `write_gate`.
     pool: SqlitePool,
-    /// Held by every write transaction from BEGIN until its vector-index
-    /// changes are applied.
+    /// Held by every write transaction from BEGIN until its index changes
+    /// are applied.
     write_gate: tokio::sync::Mutex<()>,
     /// Vectors of every memory that has one; read by searches, changed by
     /// writers after their commit (under `write_gate`).
     vectors: RwLock<VectorIndex>,
+    /// Every memory's text, for the full-text leg; kept like `vectors`.
+    text: RwLock<TextIndex>,
     idempotency_ttl: chrono::Duration,
     working_max_entries: usize,
     dir: PathBuf,
@@ -108,7 +111,7 @@ const MMAP_BYTES: u64 = 2 << 30;
 impl SqliteStore {
     /// Opens (creating if needed) the data directory `dir`: locks it, opens
     /// `engram.db` in WAL mode with synchronous writes, applies migrations and
-    /// loads the vector index.
+    /// loads the vector and full-text indexes.
     pub async fn open(dir: &Path, settings: &SqliteSettings) -> anyhow::Result<SqliteStore> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating data directory {}", dir.display()))?;
         let lock = lock_dir(dir)?;
@@ -125,9 +128,8 @@ impl SqliteStore {
             .foreign_keys(true)
             .busy_timeout(settings.busy_timeout)
             // Reads through a memory map of the file instead of a read()
-            // per page: a search touches a few thousand rows scattered over
-            // the file (about a third less time on full-text ranking at
-            // 100K memories). Writes still go through the WAL.
+            // per page: a search reads rows scattered over the file. Writes
+            // still go through the WAL.
             .pragma("mmap_size", MMAP_BYTES.to_string());
         let pool = SqlitePoolOptions::new()
             .max_connections(settings.max_connections.max(1))
@@ -136,10 +138,14 @@ impl SqliteStore {
             .with_context(|| format!("opening {}", dir.join("engram.db").display()))?;
         MIGRATOR.run(&pool).await.context("applying SQLite migrations")?;
         let started = Instant::now();
-        let vectors = VectorIndex::load(&pool).await.context("loading the vector index")?;
+        let (vectors, text) =
+            tokio::try_join!(async { VectorIndex::load(&pool).await.context("loading the vector index") }, async {
+                TextIndex::load(&pool).await.context("loading the full-text index")
+            },)?;
         tracing::info!(
             dir = %dir.display(),
             vectors = vectors.len(),
+            texts = text.len(),
             load_ms = started.elapsed().as_millis() as u64,
             "opened the SQLite store"
         );
@@ -148,6 +154,7 @@ impl SqliteStore {
                 pool,
                 write_gate: tokio::sync::Mutex::new(()),
                 vectors: RwLock::new(vectors),
+                text: RwLock::new(text),
                 idempotency_ttl: chrono::Duration::hours(i64::from(settings.idempotency_ttl_hours)),
                 working_max_entries: settings.working_max_entries.max(1),
                 dir: dir.to_path_buf(),

@@ -83,7 +83,7 @@ impl SqliteStore {
         tx.commit().await?;
         let n = updated.len();
         for (tenant, memory, embedding) in updated {
-            self.apply(&tenant, vec![IndexOp::Put(memory, embedding)]);
+            self.apply(&tenant, vec![IndexOp::Put(memory, Some(embedding))]);
         }
         Ok(n)
     }

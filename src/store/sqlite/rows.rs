@@ -10,8 +10,7 @@ use crate::domain::Memory;
 use crate::store::{RowKinds, StoreError, corrupt};
 
 /// Every column a `MemoryRow` reads, in table order, each prefixed with `m.`
-/// (queries alias `memories` as `m`, which also keeps them unambiguous in
-/// joins with the full-text table).
+/// (queries alias `memories` as `m`, which also keeps them unambiguous in joins).
 ///
 /// Real-valued columns are read through CAST: SQLite hands back a whole
 /// number computed by an expression (the generated success_rate of 1/1, say)
@@ -31,7 +30,7 @@ pub fn returning() -> String {
 
 #[derive(Debug, sqlx::FromRow)]
 pub struct MemoryRow {
-    /// The rowid, the key of the full-text index.
+    /// The rowid: insertion order.
     pub seq: i64,
     id: Uuid,
     tier: String,

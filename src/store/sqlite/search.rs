@@ -1,39 +1,30 @@
 //! The two recall legs on SQLite, with the Postgres backend's contract
-//! (`store/postgres/search.rs`) and their own means:
+//! (`store/postgres/search.rs`) and their own means. Both legs ask an
+//! in-process index for the best rows of each tier, then read those rows in
+//! one SQL statement per tier with every filter applied. When filters the
+//! indexes cannot see (metadata) drop rows, the next-best are asked for, so
+//! each tier still returns up to `per_leg` rows.
 //!
-//! - vector: the in-process index (`vectors.rs`) scans the agent's vectors of
-//!   the query's model and proposes the nearest per tier; one SQL statement
-//!   then reads those rows with every filter applied. When the filters the
-//!   index cannot see (metadata) drop rows, the next-nearest are fetched, so
-//!   each tier still returns up to `per_leg` rows.
-//! - full text: FTS5 with `porter unicode61`, each tier's query restricted
-//!   inside the index to the tenant's agent and the tier (the `scope` column,
-//!   see the migration). The query's words (stop words
-//!   of Postgres's English list dropped) are each quoted, so no input can be
-//!   FTS5 syntax, and OR-ed: a question rarely contains every word of its
-//!   answer. Ranked by bm25; `text_rank` is -bm25, larger is better. As in
-//!   Postgres, the matches ranked per tier are bounded (`MAX_TEXT_MATCHES`,
-//!   the newest first): a long query of common words matches most of a large
-//!   agent's memories.
+//! - vector: the vector index (`vectors.rs`) scans the agent's vectors of
+//!   the query's model; `similarity` is the exact cosine.
+//! - full text: the full-text index (`text.rs`) ranks every row of the agent
+//!   that holds a word of the query (stop words dropped, stemmed, OR-ed: a
+//!   question rarely contains every word of its answer) by bm25;
+//!   `text_rank` is the bm25, larger is better. Unlike Postgres's leg, which
+//!   ranks at most `MAX_TEXT_MATCHES` matches, every match is ranked.
 //!
 //! As in the Postgres backend, each leg also scores its rows on the other
-//! leg's measure: the vector leg's rows get their bm25 rank (0 when they
-//! match no query word), the text leg's rows their cosine and vector when
-//! they have a vector of the query's model. A memory one leg found is then
-//! fused from both scores.
+//! leg's measure: the vector leg's rows get their bm25 from the full-text
+//! index (0 when they hold no query word), the text leg's rows their cosine
+//! and vector when they have a vector of the query's model. A memory one
+//! leg found is then fused from both scores.
 //!
-//! The order of the work follows what it costs. Finding each tier's newest
-//! matches is cheap and needs no vector. bm25 is not: each statement that
-//! computes it first walks every query word's whole posting list (its idf,
-//! about 2.5 ms at 110K memories), then reads each ranked row's token counts.
-//! So the text leg ranks all its candidates in one statement (`text_ranks`),
-//! while the query is being embedded. A vector row newer than its tier's
-//! oldest candidate needs no statement of its own: had it matched a word, it
-//! would be a candidate (ranked), otherwise it ranks 0. Only the vector rows
-//! older than a cut candidate list are ranked by a second statement.
+//! The full-text leg needs no query vector to rank and read its rows: it
+//! does both while the query is being embedded, and computes the cosines
+//! once the vector arrives.
 
 use std::collections::{HashMap, HashSet};
-
+use std::future::Future;
 use std::time::Instant;
 
 use chrono::{DateTime, Utc};
@@ -41,20 +32,14 @@ use futures::FutureExt;
 use futures::try_join;
 use serde_json::Value;
 use sqlx::{QueryBuilder, Row, Sqlite};
-use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use super::fts::{fts_query, scoped};
 use super::rows::{COLUMNS, MemoryRow, decode_vector};
-use super::vectors::{ScanFilter, Scored};
+use super::text::query_terms;
+use super::vectors::ScanFilter;
 use super::{SqliteStore, micros, observe, record, store_error};
 use crate::domain::{Memory, Tier};
 use crate::store::{Adjacent, Hit, PendingVector, SearchHits, SearchQuery, StoreError, StoreResult};
-
-/// Most full-text matches ranked per tier and query, the newest first.
-/// Lower than Postgres's bound: FTS5 computes bm25 row by row, with the row's
-/// token counts read, about 2 µs a row on top of the statement's fixed cost.
-pub const MAX_TEXT_MATCHES: i64 = 1_000;
 
 /// `metadata.KEY` equals VALUE as JSON values (Postgres's jsonb `=`):
 /// compared by JSON type and value, numbers numerically (1 = 1.0).
@@ -111,39 +96,57 @@ fn push_filters(qb: &mut QueryBuilder<Sqlite>, tenant: &str, tier: Tier, q: &Sea
     }
 }
 
-/// The one row of JSON a full-text statement returns (`json_group_array`
-/// of `seq`s, or of `[seq, text_rank]` pairs).
-fn decode_json<T: serde::de::DeserializeOwned>(json: &str, what: &'static str) -> StoreResult<T> {
-    serde_json::from_str(json).map_err(|e| StoreError::Internal(anyhow::Error::new(e).context(what)))
-}
-
-/// One tier's full-text candidates: its newest matches, newest first.
-struct Candidates {
+/// A row an index proposed: its id, tier and its score there.
+#[derive(Debug, Clone, Copy)]
+struct Proposal {
+    id: Uuid,
     tier: Tier,
-    seqs: Vec<i64>,
+    score: f64,
 }
 
-impl Candidates {
-    /// Where the list stops telling whether a row matches.
-    fn cutoff(&self) -> Cutoff {
-        let cut = self.seqs.len() as i64 >= MAX_TEXT_MATCHES;
-        Cutoff { tier: self.tier, oldest: if cut { self.seqs.last().copied() } else { None } }
+/// A proposed row that passed every filter: the memory, its stored vector
+/// (encoded) and the index's score.
+struct Candidate {
+    memory: Memory,
+    blob: Option<Vec<u8>>,
+    score: f64,
+}
+
+/// The search's filters, owned, for the index scans off the async workers.
+#[derive(Clone)]
+struct Scope {
+    tenant: String,
+    agent: String,
+    user: Option<String>,
+    since: Option<i64>,
+    until: Option<i64>,
+    now: i64,
+}
+
+impl Scope {
+    fn of(tenant: &str, q: &SearchQuery, now: DateTime<Utc>) -> Scope {
+        Scope {
+            tenant: tenant.to_string(),
+            agent: q.agent_id.clone(),
+            user: q.user_id.clone(),
+            since: q.since.map(micros),
+            until: q.until.map(micros),
+            now: micros(now),
+        }
+    }
+
+    fn filter<'a>(&'a self, tiers: &'a [Tier], seen: &'a HashSet<Uuid>) -> ScanFilter<'a> {
+        ScanFilter { tiers, user_id: self.user.as_deref(), since: self.since, until: self.until, now: self.now, seen }
     }
 }
 
-/// A tier's candidate list as the vector leg sees it: when `MAX_TEXT_MATCHES`
-/// cut the list, its oldest row.
-struct Cutoff {
-    tier: Tier,
-    oldest: Option<i64>,
-}
-
-impl Cutoff {
-    /// Whether a row of this tier that passes the filters may match a query
-    /// word without being a candidate: only below a cut list's oldest row.
-    fn unknown(&self, tier: Tier, seq: i64) -> bool {
-        tier == self.tier && self.oldest.is_some_and(|oldest| seq < oldest)
-    }
+/// Runs an index scan off the async workers: at 100K memories it is CPU
+/// work of a millisecond or more, which would stall other requests.
+async fn off_workers<T: Send + 'static>(
+    what: &'static str,
+    scan: impl FnOnce() -> T + Send + 'static,
+) -> StoreResult<T> {
+    tokio::task::spawn_blocking(scan).await.map_err(|e| StoreError::Internal(anyhow::Error::new(e).context(what)))
 }
 
 /// Cosine of two vectors of any length (0 when either is zero).
@@ -184,143 +187,153 @@ impl SqliteStore {
         if tiers.is_empty() {
             return Ok(SearchHits::default());
         }
-        let fts = fts_query(&q.text);
-        let fts = fts.as_deref();
+        let terms = query_terms(&q.text);
         let vector = vector.shared();
-        // Where each tier's candidates end, for the vector leg: its rows
-        // below a cut list's oldest need a bm25 statement of their own.
-        let (cutoffs_tx, cutoffs_rx) = oneshot::channel::<Vec<Cutoff>>();
         let vector_leg = async {
             let Some(embedding) = vector.clone().await else {
-                return Ok::<_, StoreError>((None, HashMap::new(), 0.0));
+                return Ok::<_, StoreError>((None, 0.0));
             };
             let started = Instant::now();
             let q = SearchQuery { vector: Some(embedding), ..q.clone() };
-            let hits = self.vector_leg(tenant, &q, &tiers, now).await?;
-            let mut ranks = HashMap::new();
-            if let Some(fts) = fts {
-                // No candidates (their statement failed): the error is the answer.
-                let cutoffs = cutoffs_rx.await.unwrap_or_default();
-                let old: Vec<i64> = hits
-                    .iter()
-                    .filter(|(hit, seq)| cutoffs.iter().any(|c| c.unknown(hit.memory.tier, *seq)))
-                    .map(|(_, seq)| *seq)
-                    .collect();
-                if !old.is_empty() {
-                    ranks = self.text_ranks(fts, &old).await?;
+            let mut hits = self.vector_leg(tenant, &q, &tiers, now).await?;
+            if !terms.is_empty() {
+                let ids: Vec<Uuid> = hits.iter().map(|h| h.memory.id).collect();
+                let ranks = self.text_ranks(tenant, &q.agent_id, &terms, &ids);
+                for hit in &mut hits {
+                    hit.text_rank = Some(ranks.get(&hit.memory.id).copied().unwrap_or(0.0));
                 }
             }
             observe("search_vector", started);
-            Ok((Some(hits), ranks, started.elapsed().as_secs_f64()))
+            Ok((Some(hits), started.elapsed().as_secs_f64()))
         };
-        // The text leg needs no vector until it reads its best rows (with
-        // their cosine): finding and ranking the matches runs while the
-        // query is being embedded.
         let text_leg = async {
-            let Some(fts) = fts else {
-                return Ok::<_, StoreError>((None, HashMap::new(), 0.0));
-            };
-            let started = Instant::now();
-            let candidates = self.text_candidates(tenant, q, fts, &tiers, now).await?;
-            let _ = cutoffs_tx.send(candidates.iter().map(Candidates::cutoff).collect());
-            let mut seqs: Vec<i64> = candidates.iter().flat_map(|c| c.seqs.iter().copied()).collect();
-            seqs.sort_unstable();
-            let ranks = self.text_ranks(fts, &seqs).await?;
-            let mut best = Vec::new();
-            for c in &candidates {
-                let mut ranked: Vec<(i64, f64)> =
-                    c.seqs.iter().map(|seq| (*seq, ranks.get(seq).copied().unwrap_or(0.0))).collect();
-                ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-                ranked.truncate(q.per_leg);
-                best.extend(ranked);
+            if terms.is_empty() {
+                return Ok::<_, StoreError>((None, 0.0));
             }
-            let ranking = started.elapsed().as_secs_f64();
+            let started = Instant::now();
+            let found = self.text_leg(tenant, q, &terms, &tiers, now).await?;
+            let reading = started.elapsed().as_secs_f64();
             let q = SearchQuery { vector: vector.clone().await, ..q.clone() };
             let started = Instant::now();
-            let hits = self.text_rows(&q, best).await?;
-            let seconds = ranking + started.elapsed().as_secs_f64();
-            record("search_text", seconds);
-            Ok((Some(hits), ranks, seconds))
-        };
-        let ((mut vector_hits, old_ranks, vector_seconds), (text_hits, text_ranks, text_seconds)) =
-            try_join!(vector_leg, text_leg)?;
-        if fts.is_some() {
-            // A vector row is ranked with the candidates, or on its own when
-            // older than them; otherwise it matches no query word: 0.
-            for (hit, seq) in vector_hits.iter_mut().flatten() {
-                let rank = text_ranks.get(seq).or_else(|| old_ranks.get(seq)).copied().unwrap_or(0.0);
-                hit.text_rank = Some(rank);
+            let mut hits = Vec::with_capacity(found.len());
+            for c in found {
+                let (similarity, vector) = similarity_of(&q, &c.memory, c.blob)?;
+                hits.push(Hit { memory: c.memory, similarity, text_rank: Some(c.score), vector });
             }
-        }
+            let seconds = reading + started.elapsed().as_secs_f64();
+            record("search_text", seconds);
+            Ok((Some(hits), seconds))
+        };
+        let ((vector_hits, vector_seconds), (text_hits, text_seconds)) = try_join!(vector_leg, text_leg)?;
         let vector_leg = vector_hits.is_some();
-        let mut hits: Vec<Hit> = vector_hits.unwrap_or_default().into_iter().map(|(h, _)| h).collect();
+        let mut hits: Vec<Hit> = vector_hits.unwrap_or_default();
         let mut seen: HashSet<Uuid> = hits.iter().map(|h| h.memory.id).collect();
-        let text_leg_ran = text_hits.is_some();
+        let text_leg = text_hits.is_some();
         hits.extend(text_hits.unwrap_or_default().into_iter().filter(|t| seen.insert(t.memory.id)));
-        Ok(SearchHits {
-            hits,
-            vector_leg,
-            text_leg: text_leg_ran,
-            vector_ms: vector_seconds * 1e3,
-            text_ms: text_seconds * 1e3,
-        })
+        Ok(SearchHits { hits, vector_leg, text_leg, vector_ms: vector_seconds * 1e3, text_ms: text_seconds * 1e3 })
     }
 
-    /// The nearest rows by cosine, with their `seq` (their text rank is
-    /// filled in by `search_legs`).
+    /// The nearest rows by cosine (their text rank is filled in by `search_legs`).
     async fn vector_leg(
         &self,
         tenant: &str,
         q: &SearchQuery,
         tiers: &[Tier],
         now: DateTime<Utc>,
-    ) -> StoreResult<Vec<(Hit, i64)>> {
+    ) -> StoreResult<Vec<Hit>> {
         let embedding = q.vector.as_ref().expect("vector leg needs a vector");
-        let mut found: Vec<(Hit, i64)> = Vec::new();
+        let scope = Scope::of(tenant, q, now);
+        let propose = |tiers: Vec<Tier>, seen: HashSet<Uuid>, want: usize| {
+            let (inner, scope) = (self.inner.clone(), scope.clone());
+            let (model, vector) = (embedding.model.clone(), embedding.vector.clone());
+            off_workers("vector scan", move || {
+                let index = inner.vectors.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let found =
+                    index.nearest(&scope.tenant, &scope.agent, &model, &vector, &scope.filter(&tiers, &seen), want);
+                found
+                    .into_iter()
+                    .map(|s| Proposal { id: s.id, tier: s.tier, score: f64::from(s.similarity) })
+                    .collect::<Vec<_>>()
+            })
+        };
+        let found = self.candidates(tenant, q, tiers, now, Some(&embedding.model), propose).await?;
+        found
+            .into_iter()
+            .map(|c| {
+                let vector = c.blob.as_deref().map(decode_vector).transpose()?;
+                Ok(Hit { memory: c.memory, similarity: Some(c.score), text_rank: None, vector })
+            })
+            .collect()
+    }
+
+    /// The best rows by bm25, read with their stored vectors (their cosine
+    /// is computed by `search_legs` once the query vector is known).
+    async fn text_leg(
+        &self,
+        tenant: &str,
+        q: &SearchQuery,
+        terms: &[String],
+        tiers: &[Tier],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<Candidate>> {
+        let scope = Scope::of(tenant, q, now);
+        let propose = |tiers: Vec<Tier>, seen: HashSet<Uuid>, want: usize| {
+            let (inner, scope, terms) = (self.inner.clone(), scope.clone(), terms.to_vec());
+            off_workers("full-text ranking", move || {
+                let index = inner.text.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let found = index.best(&scope.tenant, &scope.agent, &terms, &scope.filter(&tiers, &seen), want);
+                found.into_iter().map(|r| Proposal { id: r.id, tier: r.tier, score: r.rank }).collect::<Vec<_>>()
+            })
+        };
+        self.candidates(tenant, q, tiers, now, None, propose).await
+    }
+
+    /// bm25 of the agent's given rows for the query's terms (0 for a row
+    /// that holds none of them).
+    fn text_ranks(&self, tenant: &str, agent: &str, terms: &[String], ids: &[Uuid]) -> HashMap<Uuid, f64> {
+        let index = self.inner.text.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        index.ranks(tenant, agent, terms, ids)
+    }
+
+    /// Rounds of proposals and reads: `propose(tiers, seen, want)` offers up
+    /// to `want` rows per tier, best first, none of `seen`; SQL keeps those
+    /// that pass every filter. A tier still short of `per_leg` while its
+    /// index may have more asks again, four times wider. Returned tier by
+    /// tier, in the query's order, best first (ties in the index's order).
+    async fn candidates<F, Fut>(
+        &self,
+        tenant: &str,
+        q: &SearchQuery,
+        tiers: &[Tier],
+        now: DateTime<Utc>,
+        model: Option<&str>,
+        propose: F,
+    ) -> StoreResult<Vec<Candidate>>
+    where
+        F: Fn(Vec<Tier>, HashSet<Uuid>, usize) -> Fut,
+        Fut: Future<Output = StoreResult<Vec<Proposal>>>,
+    {
+        let mut found: Vec<Candidate> = Vec::new();
         let mut seen: HashSet<Uuid> = HashSet::new();
         let mut active: Vec<Tier> = tiers.to_vec();
         let mut want = q.per_leg;
-        // Rounds: the index proposes `want` per tier; SQL keeps those that
-        // pass every filter. A tier still short of `per_leg` while the index
-        // may have more asks again, four times wider, skipping what was seen.
         while !active.is_empty() && want > 0 {
-            // The scan is CPU work of a few milliseconds at 100K vectors:
-            // off the async workers, so it never stalls other requests.
-            let inner = self.inner.clone();
-            let (tenant_id, agent, model, vector) =
-                (tenant.to_string(), q.agent_id.clone(), embedding.model.clone(), embedding.vector.clone());
-            let (tiers_now, seen_now, user) = (active.clone(), seen.clone(), q.user_id.clone());
-            let (since, until, now_micros) = (q.since.map(micros), q.until.map(micros), micros(now));
-            let proposed = tokio::task::spawn_blocking(move || {
-                let filter = ScanFilter {
-                    tiers: &tiers_now,
-                    user_id: user.as_deref(),
-                    since,
-                    until,
-                    now: now_micros,
-                    seen: &seen_now,
-                };
-                let index = inner.vectors.read().unwrap_or_else(|poisoned| poisoned.into_inner());
-                index.nearest(&tenant_id, &agent, &model, &vector, &filter, want)
-            })
-            .await
-            .map_err(|e| StoreError::Internal(anyhow::Error::new(e).context("vector scan")))?;
+            let proposed = propose(active.clone(), seen.clone(), want).await?;
             if proposed.is_empty() {
                 break;
             }
-            seen.extend(proposed.iter().map(|s| s.id));
-            let mut fetched = self.fetch_candidates(tenant, q, &proposed, &active, now).await?;
+            seen.extend(proposed.iter().map(|p| p.id));
+            let mut fetched = self.fetch_rows(tenant, q, &proposed, &active, model, now).await?;
             let mut short = Vec::new();
             for &tier in &active {
-                let offered: Vec<&Scored> = proposed.iter().filter(|s| s.tier == tier).collect();
-                let mut have = found.iter().filter(|(h, _)| h.memory.tier == tier).count();
-                for s in &offered {
+                let offered: Vec<&Proposal> = proposed.iter().filter(|p| p.tier == tier).collect();
+                let mut have = found.iter().filter(|c| c.memory.tier == tier).count();
+                for p in &offered {
                     if have >= q.per_leg {
                         break;
                     }
-                    if let Some((seq, memory, vector)) = fetched.remove(&s.id) {
-                        let similarity = Some(f64::from(s.similarity));
-                        found.push((Hit { memory, similarity, text_rank: None, vector: Some(vector) }, seq));
+                    if let Some((memory, blob)) = fetched.remove(&p.id) {
+                        found.push(Candidate { memory, blob, score: p.score });
                         have += 1;
                     }
                 }
@@ -332,27 +345,26 @@ impl SqliteStore {
             active = short;
             want = want.saturating_mul(4);
         }
-        // Same order as Postgres's legs: tier by tier, nearest first.
-        found.sort_by(|(a, _), (b, _)| {
-            let ta = tiers.iter().position(|t| *t == a.memory.tier);
-            let tb = tiers.iter().position(|t| *t == b.memory.tier);
-            ta.cmp(&tb).then(b.similarity.unwrap_or(0.0).total_cmp(&a.similarity.unwrap_or(0.0)))
-        });
+        // Same order as Postgres's legs: tier by tier, best first.
+        let position = |c: &Candidate| tiers.iter().position(|t| *t == c.memory.tier);
+        found.sort_by(|a, b| position(a).cmp(&position(b)).then(b.score.total_cmp(&a.score)));
         Ok(found)
     }
 
-    /// The proposed rows that pass every filter: seq, memory and stored vector by id.
-    async fn fetch_candidates(
+    /// The proposed rows that pass every filter (and, given a model, hold a
+    /// vector of it): memory and stored vector by id.
+    async fn fetch_rows(
         &self,
         tenant: &str,
         q: &SearchQuery,
-        proposed: &[Scored],
+        proposed: &[Proposal],
         tiers: &[Tier],
+        model: Option<&str>,
         now: DateTime<Utc>,
-    ) -> StoreResult<HashMap<Uuid, (i64, Memory, Vec<f32>)>> {
+    ) -> StoreResult<HashMap<Uuid, (Memory, Option<Vec<u8>>)>> {
         let mut out = HashMap::new();
         for &tier in tiers {
-            let ids: Vec<Uuid> = proposed.iter().filter(|s| s.tier == tier).map(|s| s.id).collect();
+            let ids: Vec<Uuid> = proposed.iter().filter(|p| p.tier == tier).map(|p| p.id).collect();
             // SQLite allows 32766 bound parameters per statement; stay well below.
             for chunk in ids.chunks(2_000) {
                 let mut qb: QueryBuilder<Sqlite> =
@@ -363,7 +375,9 @@ impl SqliteStore {
                         "select {COLUMNS}, m.embedding as vec from memories m indexed by memories_tenant_id where"
                     ));
                 push_filters(&mut qb, tenant, tier, q, now);
-                qb.push(" and m.embedding_model = ").push_bind(q.vector.as_ref().map(|e| e.model.clone()));
+                if let Some(model) = model {
+                    qb.push(" and m.embedding_model = ").push_bind(model.to_string());
+                }
                 qb.push(" and m.id in (");
                 let mut sep = qb.separated(", ");
                 for id in chunk {
@@ -372,41 +386,14 @@ impl SqliteStore {
                 qb.push(")");
                 let rows = qb.build().fetch_all(&self.inner.pool).await.map_err(store_error)?;
                 for row in rows {
-                    let blob: Vec<u8> = row.try_get("vec").map_err(store_error)?;
-                    let memory = <MemoryRow as sqlx::FromRow<_>>::from_row(&row).map_err(store_error)?;
-                    let seq = memory.seq;
-                    let memory: Memory = memory.try_into()?;
-                    out.insert(memory.id, (seq, memory, decode_vector(&blob)?));
+                    let blob: Option<Vec<u8>> = row.try_get("vec").map_err(store_error)?;
+                    let memory: Memory =
+                        <MemoryRow as sqlx::FromRow<_>>::from_row(&row).map_err(store_error)?.try_into()?;
+                    out.insert(memory.id, (memory, blob));
                 }
             }
         }
         Ok(out)
-    }
-
-    /// -bm25 of those of the given rows that match the query (the others
-    /// match no word), in one statement. The `+` keeps SQLite from handing
-    /// FTS5 the `rowid IN` constraint, which it would run as one full-text
-    /// query per row, each recounting every query word's rows for bm25's idf
-    /// (about 0.9 ms a row at 100K memories). So the match runs once, within
-    /// the rows' rowid range, and bm25 is computed for the listed rows only.
-    async fn text_ranks(&self, fts: &str, seqs: &[i64]) -> StoreResult<HashMap<i64, f64>> {
-        let (Some(low), Some(high)) = (seqs.iter().min(), seqs.iter().max()) else {
-            return Ok(HashMap::new());
-        };
-        let listed = serde_json::to_string(seqs).map_err(|e| StoreError::Internal(e.into()))?;
-        let ranks: String = sqlx::query_scalar(
-            "with r as materialized (select rowid as seq, -bm25(memory_fts, 1.0, 0.0) as text_rank from memory_fts \
-             where memory_fts match ? and rowid between ? and ? and +rowid in (select value from json_each(?))) \
-             select json_group_array(json_array(seq, text_rank)) from r",
-        )
-        .bind(format!("body : ({fts})"))
-        .bind(low)
-        .bind(high)
-        .bind(listed)
-        .fetch_one(&self.inner.pool)
-        .await
-        .map_err(store_error)?;
-        Ok(decode_json::<Vec<(i64, f64)>>(&ranks, "full-text ranks")?.into_iter().collect())
     }
 
     /// The rows of the given `seq`s as hits (no text rank yet), with their
@@ -434,7 +421,7 @@ impl SqliteStore {
     /// The episodic rows written just before and after each anchor by the
     /// same agent, passing the query's filters: one statement finds their
     /// `seq` (two probes per anchor on `memories_tenant_agent_created`), one
-    /// reads them, then their bm25 rank as in the vector leg.
+    /// reads them; their bm25 comes from the full-text index.
     pub(super) async fn adjacent(
         &self,
         tenant: &str,
@@ -481,16 +468,15 @@ impl SqliteStore {
         seqs.sort_unstable();
         seqs.dedup();
         let mut rows = self.hits_by_seq(q, &seqs).await?;
-        rows.values_mut().for_each(|h| h.text_rank = Some(0.0));
-        // Ranks only for the neighbours the caller does not have.
-        let unknown: Vec<i64> =
-            seqs.iter().copied().filter(|seq| rows.get(seq).is_some_and(|h| !known.contains(&h.memory.id))).collect();
-        if let Some(fts) = fts_query(&q.text) {
-            for (seq, rank) in self.text_ranks(&fts, &unknown).await? {
-                if let Some(hit) = rows.get_mut(&seq) {
-                    hit.text_rank = Some(rank);
-                }
-            }
+        let terms = query_terms(&q.text);
+        let ranks = if terms.is_empty() {
+            HashMap::new()
+        } else {
+            let ids: Vec<Uuid> = rows.values().map(|h| h.memory.id).collect();
+            self.text_ranks(tenant, &q.agent_id, &terms, &ids)
+        };
+        for hit in rows.values_mut() {
+            hit.text_rank = Some(ranks.get(&hit.memory.id).copied().unwrap_or(0.0));
         }
         Ok(pairs
             .into_iter()
@@ -501,54 +487,5 @@ impl SqliteStore {
                 })
             })
             .collect())
-    }
-
-    /// Each tier's newest `MAX_TEXT_MATCHES` full-text matches that pass
-    /// the filters (their `seq`, newest first), unranked.
-    async fn text_candidates(
-        &self,
-        tenant: &str,
-        q: &SearchQuery,
-        fts: &str,
-        tiers: &[Tier],
-        now: DateTime<Utc>,
-    ) -> StoreResult<Vec<Candidates>> {
-        let mut out = Vec::with_capacity(tiers.len());
-        for &tier in tiers {
-            // CROSS JOIN fixes SQLite's join order: the full-text match
-            // drives (FTS5 walks its rowids, that is `seq`, downwards itself)
-            // and each match finds its row by rowid; the other order (walk
-            // the agent's rows, run the match against each) costs one
-            // full-text query per row. All in one row, as JSON: the driver
-            // hands rows over one by one between threads, which for 1,000
-            // rows cost more than the query.
-            let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
-                "with r as materialized (select m.seq from memory_fts cross join memories m \
-                 on m.seq = memory_fts.rowid where memory_fts match ",
-            );
-            qb.push_bind(scoped(tenant, &q.agent_id, tier, fts));
-            qb.push(" and");
-            push_filters(&mut qb, tenant, tier, q, now);
-            qb.push(" order by memory_fts.rowid desc limit ").push_bind(MAX_TEXT_MATCHES);
-            qb.push(") select json_group_array(seq) from r");
-            let seqs: String = qb.build_query_scalar().fetch_one(&self.inner.pool).await.map_err(store_error)?;
-            out.push(Candidates { tier, seqs: decode_json(&seqs, "full-text matches")? });
-        }
-        Ok(out)
-    }
-
-    /// The best matches' rows as hits, each with its cosine to the query
-    /// vector too when it has a vector of the query's model.
-    async fn text_rows(&self, q: &SearchQuery, best: Vec<(i64, f64)>) -> StoreResult<Vec<Hit>> {
-        let seqs: Vec<i64> = best.iter().map(|(seq, _)| *seq).collect();
-        let mut rows = if seqs.is_empty() { HashMap::new() } else { self.hits_by_seq(q, &seqs).await? };
-        let mut hits = Vec::with_capacity(seqs.len());
-        for (seq, rank) in best {
-            if let Some(mut hit) = rows.remove(&seq) {
-                hit.text_rank = Some(rank);
-                hits.push(hit);
-            }
-        }
-        Ok(hits)
     }
 }

@@ -60,7 +60,7 @@ impl SqliteStore {
     }
 
     /// Inserts the rows as given in one transaction, skipping ids the tenant
-    /// already has; the vector index learns the new vectors after the commit.
+    /// already has; the in-process indexes learn the new rows after the commit.
     pub async fn import_batch(&self, tenant: &str, batch: &[StoredMemory]) -> anyhow::Result<Vec<bool>> {
         let _gate = self.inner.write_gate.lock().await;
         let mut tx = self.inner.pool.begin().await?;
@@ -87,9 +87,7 @@ impl SqliteStore {
                     _ => anyhow::Error::new(e).context(format!("inserting {what}")),
                 }
             })?;
-            if let Some(e) = &r.embedding {
-                ops.push(IndexOp::Put(m.clone(), e.clone()));
-            }
+            ops.push(IndexOp::Put(m.clone(), r.embedding.clone()));
             inserted.push(true);
         }
         tx.commit().await.context("committing the import batch")?;

@@ -94,7 +94,7 @@ pub struct ScanFilter<'a> {
 }
 
 impl ScanFilter<'_> {
-    fn admits(&self, e: &Entry) -> bool {
+    pub fn admits(&self, e: &Entry) -> bool {
         self.tiers.contains(&e.tier)
             && (e.valid || e.tier != Tier::Semantic)
             && e.expires_at.is_none_or(|t| t > self.now)

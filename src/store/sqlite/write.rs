@@ -2,7 +2,8 @@
 //! idempotency key, each running inside the caller's transaction: the
 //! rules of `store/postgres/memories.rs` (dedup, supersede, procedural
 //! upsert, key claim). Every function also records what the vector index
-//! must do once the transaction commits (`IndexOp`).
+//! must do once the transaction commits (`IndexOp`) to the in-process
+//! indexes.
 
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
@@ -14,25 +15,24 @@ use super::{micros, store_error};
 use crate::domain::{Memory, Outcome, WrittenMemory};
 use crate::store::{Embedding, IdempotencyKey, PreparedMemory, StoreError, StoreResult, StoredResponse};
 
-/// A change to the vector index, applied once its transaction committed.
+/// A change to the in-process indexes (vectors and full text), applied once
+/// its transaction committed.
 pub(super) enum IndexOp {
-    /// The memory has this vector now (inserted, upserted or re-embedded).
-    Put(Memory, Embedding),
-    /// The memory keeps its vector; its filter fields may have changed.
+    /// The memory as written (inserted, upserted, rewritten or
+    /// re-embedded), with its vector if it has one.
+    Put(Memory, Option<Embedding>),
+    /// The memory keeps its text and vector; its filter fields may have changed.
     Refresh(Memory),
     /// A fact was superseded.
     Retire(Uuid),
-    /// The memory is gone, or has no vector any more.
+    /// The memory is gone.
     Remove(Uuid),
 }
 
 impl IndexOp {
-    /// What a freshly written row means for the index.
+    /// What a freshly written row means for the indexes.
     pub(super) fn written(memory: &Memory, embedding: Option<&Embedding>) -> IndexOp {
-        match embedding {
-            Some(e) => IndexOp::Put(memory.clone(), e.clone()),
-            None => IndexOp::Remove(memory.id),
-        }
+        IndexOp::Put(memory.clone(), embedding.cloned())
     }
 }
 

@@ -316,19 +316,6 @@ async fn the_text_leg_scopes_by_tenant_and_agent_whatever_characters_they_hold()
     assert_eq!(hits.hits.iter().map(|h| h.memory.id).collect::<Vec<_>>(), vec![mine.id]);
 }
 
-/// -bm25 of one row, asked the plain way: one full-text query for that rowid.
-async fn bm25_of(store: &SqliteStore, fts: &str, id: Uuid) -> Option<f64> {
-    sqlx::query_scalar(
-        "select -bm25(memory_fts, 1.0, 0.0) from memory_fts where memory_fts match ? \
-         and rowid = (select seq from memories where id = ?)",
-    )
-    .bind(format!("body : ({fts})"))
-    .bind(id)
-    .fetch_optional(&store.inner.pool)
-    .await
-    .unwrap()
-}
-
 /// `count` episodic memories of agent "a" saying "Kiwi note number k." with
 /// vector [0, 1], except where `special` gives a text and vector of its own.
 fn kiwi_notes(count: usize, special: impl Fn(usize) -> Option<(&'static str, [f32; 2])>) -> Vec<PreparedMemory> {
@@ -340,69 +327,78 @@ fn kiwi_notes(count: usize, special: impl Fn(usize) -> Option<(&'static str, [f3
         .collect()
 }
 
-#[tokio::test]
-async fn a_capped_tier_ranks_its_newest_matches_and_its_vector_rows_get_their_own_bm25() {
-    let dir = TempDir::new();
-    let store = open(&dir).await;
-    let n = super::super::search::MAX_TEXT_MATCHES as usize + 200;
-    // The oldest memory is the query's nearest and its best text match; the
-    // next oldest matches one word; every memory says "kiwi".
-    let items = kiwi_notes(n, |k| match k {
-        0 => Some(("The kiwi orchard by the river, kiwi after kiwi.", [1.0, 0.0])),
-        1 => Some(("A kiwi note, the second.", [0.9, 0.1])),
-        _ => None,
-    });
-    let written = write(&store, "t1", items, at(0)).await;
-    let ids: Vec<Uuid> = written.iter().map(|w| w.memory.id).collect();
-    let fts = r#""kiwi" OR "orchard""#;
-
-    let mut q = query("a", "kiwi orchard", emb("m1", &[1.0, 0.0]));
-    q.per_leg = 2;
-    let hits = store.search("t1", &q, at(1)).await.unwrap();
-    let rank = |id: Uuid| hits.hits.iter().find(|h| h.memory.id == id).and_then(|h| h.text_rank);
-    // The vector leg's two rows are older than the newest 1,000 matches the
-    // text leg ranked; each still gets exactly the bm25 FTS5 gives it alone.
-    for id in &ids[..2] {
-        let alone = bm25_of(&store, fts, *id).await.unwrap();
-        assert!(alone > 0.0);
-        assert!((rank(*id).unwrap() - alone).abs() < 1e-9, "{id}: {:?} vs {alone}", rank(*id));
-    }
-    assert!(rank(ids[0]).unwrap() > rank(ids[1]).unwrap());
-    // The text leg's two come from the newest matches, with the same ranks.
-    let texts: Vec<&crate::store::Hit> = hits.hits.iter().filter(|h| !ids[..2].contains(&h.memory.id)).collect();
-    assert_eq!(texts.len(), 2);
-    for h in texts {
-        let k = ids.iter().position(|id| *id == h.memory.id).unwrap();
-        assert!(k >= n - super::super::search::MAX_TEXT_MATCHES as usize, "row {k} is not among the newest");
-        assert!((h.text_rank.unwrap() - bm25_of(&store, fts, h.memory.id).await.unwrap()).abs() < 1e-9);
-    }
+/// (id, text rank) of each hit, in order.
+fn ranked(hits: &crate::store::SearchHits) -> Vec<(Uuid, Option<f64>)> {
+    hits.hits.iter().map(|h| (h.memory.id, h.text_rank)).collect()
 }
 
 #[tokio::test]
-async fn vector_rows_among_a_capped_tiers_newest_take_their_rank_from_the_candidates() {
+async fn every_match_is_ranked_and_both_legs_give_a_row_the_same_bm25() {
     let dir = TempDir::new();
     let store = open(&dir).await;
-    let n = super::super::search::MAX_TEXT_MATCHES as usize + 200;
-    // Every memory says "kiwi" but the two newest: the newest is the query's
-    // nearest and matches no word, the next one is second nearest and says
-    // "orchard" only.
-    let items = kiwi_notes(n + 2, |k| match n + 1 - k {
-        0 => Some(("A plum tart for dessert.", [1.0, 0.0])),
-        1 => Some(("The orchard by the river.", [0.9, 0.1])),
+    // 3,000 memories say "kiwi"; the oldest is the best match and the
+    // query's nearest, the newest says neither query word and is next nearest.
+    let n = 3_000;
+    let items = kiwi_notes(n + 1, |k| match k {
+        0 => Some(("The kiwi orchard by the river, kiwi after kiwi.", [1.0, 0.0])),
+        k if k == n => Some(("A plum tart for dessert.", [0.9, 0.1])),
         _ => None,
     });
     let written = write(&store, "t1", items, at(0)).await;
-    let (plum, orchard) = (written[n + 1].memory.id, written[n].memory.id);
-    let fts = r#""kiwi" OR "orchard""#;
+    let (oldest, plum) = (written[0].memory.id, written[n].memory.id);
 
-    let mut q = query("a", "kiwi orchard", emb("m1", &[1.0, 0.0]));
+    let mut q = query("a", "kiwi orchard", None);
     q.per_leg = 2;
-    let hits = store.search("t1", &q, at(1)).await.unwrap();
-    let rank = |id: Uuid| hits.hits.iter().find(|h| h.memory.id == id).and_then(|h| h.text_rank);
-    assert_eq!(bm25_of(&store, fts, plum).await, None);
-    assert_eq!(rank(plum), Some(0.0));
-    let alone = bm25_of(&store, fts, orchard).await.unwrap();
-    assert!((rank(orchard).unwrap() - alone).abs() < 1e-9, "{:?} vs {alone}", rank(orchard));
+    let text = store.search("t1", &q, at(1)).await.unwrap();
+    // However many rows match, the best is found: the oldest, first.
+    assert_eq!(text.hits[0].memory.id, oldest);
+    let best = text.hits[0].text_rank.unwrap();
+    assert!(best > text.hits[1].text_rank.unwrap());
+
+    // Now the vector leg finds the oldest and the plum first; their ranks
+    // are the same numbers the text leg gives (0: no query word).
+    q.vector = emb("m1", &[1.0, 0.0]);
+    let both = store.search("t1", &q, at(1)).await.unwrap();
+    assert_eq!(ranked(&both)[..2], [(oldest, Some(best)), (plum, Some(0.0))]);
+}
+
+#[tokio::test]
+async fn the_full_text_index_follows_every_write_and_is_rebuilt_the_same_at_open() {
+    let dir = TempDir::new();
+    let store = open(&dir).await;
+    let items = kiwi_notes(40, |k| (k == 7).then_some(("Plum tart with kiwi on top.", [1.0, 0.0])));
+    let written = write(&store, "t1", items, at(0)).await;
+    let ids: Vec<Uuid> = written.iter().map(|w| w.memory.id).collect();
+    let q = query("a", "plum tart", None);
+    assert_eq!(ranked(&store.search("t1", &q, at(1)).await.unwrap()).len(), 1);
+
+    // A new text is searched by its new words only.
+    let patch = crate::domain::MemoryPatch { content: Some("Apple crumble.".into()), ..Default::default() };
+    store.update("t1", ids[7], &patch, None, at(2)).await.unwrap();
+    assert!(store.search("t1", &q, at(3)).await.unwrap().hits.is_empty());
+    let patch = crate::domain::MemoryPatch { content: Some("A plum, no tart.".into()), ..Default::default() };
+    store.update("t1", ids[8], &patch, None, at(2)).await.unwrap();
+    // Deleted rows are gone from the counts too.
+    for id in &ids[20..] {
+        store.delete("t1", *id).await.unwrap();
+    }
+    let mut kiwi = query("a", "kiwi plum", None);
+    kiwi.per_leg = 50;
+    let before = (
+        ranked(&store.search("t1", &q, at(3)).await.unwrap()),
+        ranked(&store.search("t1", &kiwi, at(3)).await.unwrap()),
+    );
+    assert_eq!(before.0.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [ids[8]]);
+    assert_eq!(before.1.len(), 19, "the 20 kept but the one rewritten without either word");
+
+    store.close().await;
+    drop(store);
+    let store = open(&dir).await;
+    let after = (
+        ranked(&store.search("t1", &q, at(3)).await.unwrap()),
+        ranked(&store.search("t1", &kiwi, at(3)).await.unwrap()),
+    );
+    assert_eq!(after, before);
 }
 
 #[tokio::test]

@@ -1,0 +1,554 @@
+//! The in-process full-text index of the SQLite backend: an inverted index
+//! per tenant's agent, ranked with bm25, rebuilt from the `memories` table
+//! at open and kept in step by the writers after each commit, as the vector
+//! index is (`vectors.rs`).
+//!
+//! Why not SQLite's FTS5: its bm25 recounts every query word's rows for the
+//! idf in each statement that asks for a rank (about 2.5 ms at 100K
+//! memories), finding a tier's matches is a statement of its own, and a
+//! search needs ranks for three sets of rows (the text leg's, the vector
+//! leg's, the neighbours'). Here the counts are kept as the index changes,
+//! so ranking every match of a long query costs about a millisecond and the
+//! rank of any other row a few microseconds.
+//!
+//! Words are what Postgres's `to_tsvector('english', ...)` makes of the text:
+//! letters and digits (everything else separates), lowercased, accents
+//! folded, the English stop words dropped, Snowball's English stemmer
+//! applied. The stop words still count towards a text's length, as every
+//! token does in bm25's length normalisation.
+//!
+//! bm25 is Robertson's, as FTS5 computes it: k1 = 1.2, b = 0.75, idf =
+//! ln((N - n + 0.5) / (n + 0.5)) floored at 1e-6, where N, n and the average
+//! length are the agent's (its memories of every tier), so one tenant's
+//! rows never move another's ranks.
+//!
+//! Each entry carries the same filter fields as the vector index's. The SQL
+//! that fetches the best rows applies every filter again: the index may be
+//! stale in the permissive direction, never the strict one.
+//!
+//! Must not: decide what is visible on its own, or read the database after `load`.
+
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::LazyLock;
+
+use futures::TryStreamExt;
+use rust_stemmers::{Algorithm, Stemmer};
+use sqlx::SqlitePool;
+use unicode_normalization::UnicodeNormalization;
+use unicode_normalization::char::is_combining_mark;
+use uuid::Uuid;
+
+use super::vectors::{Entry, ScanFilter};
+use crate::domain::{Memory, Tier};
+
+/// bm25's term-frequency saturation and length normalisation (FTS5's values).
+const K1: f64 = 1.2;
+const B: f64 = 0.75;
+
+/// Postgres's English stop words (`tsearch_data/english.stop`), dropped as
+/// `to_tsvector('english', ...)` drops them.
+// Kept compact by hand: one word per line would take 127 lines.
+#[rustfmt::skip]
+const STOP_WORDS: &[&str] = &[
+    "i", "me", "my", "myself", "we", "our", "ours", "ourselves", "you", "your", "yours", "yourself", "yourselves",
+    "he", "him", "his", "himself", "she", "her", "hers", "herself", "it", "its", "itself", "they", "them", "their",
+    "theirs", "themselves", "what", "which", "who", "whom", "this", "that", "these", "those", "am", "is", "are",
+    "was", "were", "be", "been", "being", "have", "has", "had", "having", "do", "does", "did", "doing", "a", "an",
+    "the", "and", "but", "if", "or", "because", "as", "until", "while", "of", "at", "by", "for", "with", "about",
+    "against", "between", "into", "through", "during", "before", "after", "above", "below", "to", "from", "up",
+    "down", "in", "out", "on", "off", "over", "under", "again", "further", "then", "once", "here", "there", "when",
+    "where", "why", "how", "all", "any", "both", "each", "few", "more", "most", "other", "some", "such", "no",
+    "nor", "not", "only", "own", "same", "so", "than", "too", "very", "s", "t", "can", "will", "just", "don",
+    "should", "now",
+];
+
+static STOP: LazyLock<HashSet<&'static str>> = LazyLock::new(|| STOP_WORDS.iter().copied().collect());
+
+static STEMMER: LazyLock<Stemmer> = LazyLock::new(|| Stemmer::create(Algorithm::English));
+
+/// Calls `f` with each token of `text` (lowercased, accents folded) and
+/// whether it is a stop word.
+fn tokens(text: &str, mut f: impl FnMut(&str, bool)) {
+    for word in text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
+        let lower = if word.is_ascii() {
+            Cow::Owned(word.to_ascii_lowercase())
+        } else {
+            Cow::Owned(word.nfd().filter(|c| !is_combining_mark(*c)).collect::<String>().to_lowercase())
+        };
+        f(&lower, STOP.contains(lower.as_ref()));
+    }
+}
+
+/// The distinct search words of a query, stemmed, in order of appearance.
+/// Empty when every word is a stop word.
+pub fn query_terms(text: &str) -> Vec<String> {
+    let mut terms: Vec<String> = Vec::new();
+    tokens(text, |word, stop| {
+        if !stop {
+            let stem = STEMMER.stem(word).into_owned();
+            if !terms.contains(&stem) {
+                terms.push(stem);
+            }
+        }
+    });
+    terms
+}
+
+/// The text a memory is found by: its content, and for a skill its name
+/// and trigger pattern too (what Postgres's `search_tsv` is generated from).
+pub fn body(m: &Memory) -> Cow<'_, str> {
+    if m.tier == Tier::Procedural {
+        let name = m.skill_name.as_deref().unwrap_or_default();
+        let trigger = m.trigger_pattern.as_deref().unwrap_or_default();
+        Cow::Owned(format!("{name} {} {trigger}", m.content))
+    } else {
+        Cow::Borrowed(&m.content)
+    }
+}
+
+/// Which rows one search ranks together: one tenant's agent.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct GroupKey {
+    tenant: String,
+    agent: String,
+}
+
+struct Doc {
+    entry: Entry,
+    /// Tokens of the text, stop words included (bm25's document length).
+    len: u32,
+    /// (term, occurrences) of its search words, sorted by term.
+    terms: Box<[(u32, u32)]>,
+    /// Hash of the text, so a rewrite with the same text only refreshes.
+    text_hash: u64,
+    live: bool,
+}
+
+#[derive(Default)]
+struct Group {
+    words: HashMap<Box<str>, u32>,
+    /// Per term: (slot, occurrences), slots ascending.
+    postings: Vec<Vec<(u32, u32)>>,
+    /// Per term: live documents holding it.
+    df: Vec<u32>,
+    /// By slot; removed documents stay as holes until `compact`.
+    docs: Vec<Doc>,
+    slots: HashMap<Uuid, u32>,
+    live: u32,
+    total_len: u64,
+}
+
+impl Group {
+    fn add(&mut self, entry: Entry, text: &str) {
+        let slot = self.docs.len() as u32;
+        let mut len = 0u32;
+        let mut counts: HashMap<u32, u32> = HashMap::new();
+        tokens(text, |word, stop| {
+            len += 1;
+            if stop {
+                return;
+            }
+            let stem = STEMMER.stem(word);
+            let term = match self.words.get(stem.as_ref()) {
+                Some(&t) => t,
+                None => {
+                    let t = self.postings.len() as u32;
+                    self.words.insert(stem.into(), t);
+                    self.postings.push(Vec::new());
+                    self.df.push(0);
+                    t
+                }
+            };
+            *counts.entry(term).or_default() += 1;
+        });
+        let mut terms: Vec<(u32, u32)> = counts.into_iter().collect();
+        terms.sort_unstable();
+        for &(term, count) in &terms {
+            self.postings[term as usize].push((slot, count));
+            self.df[term as usize] += 1;
+        }
+        self.slots.insert(entry.id, slot);
+        self.live += 1;
+        self.total_len += u64::from(len);
+        self.docs.push(Doc { entry, len, terms: terms.into(), text_hash: hash(text), live: true });
+    }
+
+    fn remove(&mut self, id: Uuid) {
+        let Some(slot) = self.slots.remove(&id) else { return };
+        let doc = &mut self.docs[slot as usize];
+        doc.live = false;
+        for &(term, _) in doc.terms.iter() {
+            self.df[term as usize] -= 1;
+        }
+        self.live -= 1;
+        self.total_len -= u64::from(doc.len);
+        let holes = self.docs.len() - self.live as usize;
+        if holes > 1_024 && holes > self.docs.len() / 4 {
+            self.compact();
+        }
+    }
+
+    /// Drops the holes: slots are renumbered in their order, so postings stay sorted.
+    fn compact(&mut self) {
+        let mut new_slot = vec![u32::MAX; self.docs.len()];
+        let mut next = 0u32;
+        for (old, doc) in self.docs.iter().enumerate() {
+            if doc.live {
+                new_slot[old] = next;
+                next += 1;
+            }
+        }
+        self.docs.retain(|d| d.live);
+        for list in &mut self.postings {
+            list.retain_mut(|(slot, _)| {
+                *slot = new_slot[*slot as usize];
+                *slot != u32::MAX
+            });
+        }
+        for slot in self.slots.values_mut() {
+            *slot = new_slot[*slot as usize];
+        }
+    }
+
+    fn doc(&self, id: &Uuid) -> Option<&Doc> {
+        self.slots.get(id).map(|&slot| &self.docs[slot as usize])
+    }
+
+    /// The query's terms in this group, with their idf; unknown words and
+    /// words no live row holds are left out.
+    fn weighted(&self, terms: &[String]) -> Vec<(u32, f64)> {
+        let n = f64::from(self.live);
+        terms
+            .iter()
+            .filter_map(|t| self.words.get(t.as_str()))
+            .filter(|&&t| self.df[t as usize] > 0)
+            .map(|&t| {
+                let df = f64::from(self.df[t as usize]);
+                (t, ((n - df + 0.5) / (df + 0.5)).ln().max(1e-6))
+            })
+            .collect()
+    }
+
+    fn average_len(&self) -> f64 {
+        if self.live == 0 { 1.0 } else { self.total_len as f64 / f64::from(self.live) }
+    }
+}
+
+/// One term's share of a document's bm25.
+fn term_score(idf: f64, occurrences: u32, len: u32, average_len: f64) -> f64 {
+    let tf = f64::from(occurrences);
+    idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * f64::from(len) / average_len))
+}
+
+fn hash(text: &str) -> u64 {
+    let mut h = DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
+}
+
+/// A match: its id, tier and bm25 (larger is better).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ranked {
+    pub id: Uuid,
+    pub tier: Tier,
+    pub rank: f64,
+}
+
+#[derive(Default)]
+pub struct TextIndex {
+    groups: HashMap<GroupKey, Group>,
+    /// (tenant, id) -> its agent, to find an entry again on update or delete.
+    locations: HashMap<(String, Uuid), String>,
+}
+
+impl TextIndex {
+    /// Reads every stored memory's text.
+    pub async fn load(pool: &SqlitePool) -> Result<TextIndex, sqlx::Error> {
+        type LoadRow = (
+            String,
+            String,
+            Uuid,
+            String,
+            Option<String>,
+            i64,
+            Option<i64>,
+            bool,
+            String,
+            Option<String>,
+            Option<String>,
+        );
+        let mut index = TextIndex::default();
+        let mut rows = sqlx::query_as::<_, LoadRow>(
+            "select tenant_id, agent_id, id, tier, user_id, occurred_at, expires_at, valid_until is null, content, \
+             skill_name, trigger_pattern from memories order by seq",
+        )
+        .fetch(pool);
+        while let Some((tenant, agent, id, tier, user_id, occurred_at, expires_at, valid, content, name, trigger)) =
+            rows.try_next().await?
+        {
+            let Some(tier) = Tier::parse(&tier) else { continue };
+            let entry = Entry { id, tier, valid, user_id: user_id.map(Into::into), occurred_at, expires_at };
+            let text = if tier == Tier::Procedural {
+                Cow::Owned(format!("{} {content} {}", name.unwrap_or_default(), trigger.unwrap_or_default()))
+            } else {
+                Cow::Borrowed(content.as_str())
+            };
+            index.insert(&tenant, &agent, entry, &text);
+        }
+        Ok(index)
+    }
+
+    /// How many memories the index holds.
+    pub fn len(&self) -> usize {
+        self.locations.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.locations.is_empty()
+    }
+
+    /// Adds the memory, or brings its entry up to date. Its text is indexed
+    /// again only when it changed.
+    pub fn put(&mut self, tenant: &str, m: &Memory) {
+        let text = body(m);
+        let key = GroupKey { tenant: tenant.into(), agent: m.agent_id.clone() };
+        if let Some(group) = self.groups.get_mut(&key)
+            && let Some(&slot) = group.slots.get(&m.id)
+            && group.docs[slot as usize].text_hash == hash(&text)
+        {
+            group.docs[slot as usize].entry = Entry::of(m);
+            return;
+        }
+        self.remove(tenant, m.id);
+        self.insert(tenant, &m.agent_id, Entry::of(m), &text);
+    }
+
+    fn insert(&mut self, tenant: &str, agent: &str, entry: Entry, text: &str) {
+        let key = GroupKey { tenant: tenant.into(), agent: agent.into() };
+        self.locations.insert((tenant.to_string(), entry.id), agent.to_string());
+        self.groups.entry(key).or_default().add(entry, text);
+    }
+
+    fn doc_mut(&mut self, tenant: &str, id: Uuid) -> Option<&mut Doc> {
+        let agent = self.locations.get(&(tenant.to_string(), id))?;
+        let group = self.groups.get_mut(&GroupKey { tenant: tenant.into(), agent: agent.clone() })?;
+        let slot = *group.slots.get(&id)?;
+        Some(&mut group.docs[slot as usize])
+    }
+
+    /// Updates the filter fields of an entry whose text did not change.
+    pub fn refresh(&mut self, tenant: &str, entry: Entry) {
+        if let Some(doc) = self.doc_mut(tenant, entry.id) {
+            doc.entry = entry;
+        }
+    }
+
+    /// Marks a fact superseded.
+    pub fn retire(&mut self, tenant: &str, id: Uuid) {
+        if let Some(doc) = self.doc_mut(tenant, id) {
+            doc.entry.valid = false;
+        }
+    }
+
+    /// Forgets the memory.
+    pub fn remove(&mut self, tenant: &str, id: Uuid) {
+        let Some(agent) = self.locations.remove(&(tenant.to_string(), id)) else { return };
+        let key = GroupKey { tenant: tenant.into(), agent };
+        let Some(group) = self.groups.get_mut(&key) else { return };
+        group.remove(id);
+        if group.live == 0 {
+            self.groups.remove(&key);
+        }
+    }
+
+    /// The `want` best-ranked admitted matches of each tier, tier by tier in
+    /// the filter's order, best first (ties: the older row first).
+    pub fn best(
+        &self,
+        tenant: &str,
+        agent: &str,
+        terms: &[String],
+        filter: &ScanFilter<'_>,
+        want: usize,
+    ) -> Vec<Ranked> {
+        let key = GroupKey { tenant: tenant.into(), agent: agent.into() };
+        let Some(group) = self.groups.get(&key) else { return Vec::new() };
+        let weighted = group.weighted(terms);
+        if weighted.is_empty() || want == 0 {
+            return Vec::new();
+        }
+        let average_len = group.average_len();
+        let mut scores = vec![0f64; group.docs.len()];
+        let mut matched: Vec<u32> = Vec::new();
+        for (term, idf) in weighted {
+            for &(slot, occurrences) in &group.postings[term as usize] {
+                let doc = &group.docs[slot as usize];
+                if !doc.live {
+                    continue;
+                }
+                let score = &mut scores[slot as usize];
+                if *score == 0.0 {
+                    matched.push(slot);
+                }
+                *score += term_score(idf, occurrences, doc.len, average_len);
+            }
+        }
+        let mut by_tier: Vec<Vec<(f64, u32)>> = vec![Vec::new(); filter.tiers.len()];
+        for slot in matched {
+            let entry = &group.docs[slot as usize].entry;
+            if let Some(t) = filter.tiers.iter().position(|t| *t == entry.tier)
+                && filter.admits(entry)
+            {
+                by_tier[t].push((scores[slot as usize], slot));
+            }
+        }
+        let order = |a: &(f64, u32), b: &(f64, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+        let mut out = Vec::new();
+        for (&tier, mut ranked) in filter.tiers.iter().zip(by_tier) {
+            if ranked.len() > want {
+                ranked.select_nth_unstable_by(want - 1, order);
+                ranked.truncate(want);
+            }
+            ranked.sort_unstable_by(order);
+            out.extend(ranked.into_iter().map(|(rank, slot)| Ranked {
+                id: group.docs[slot as usize].entry.id,
+                tier,
+                rank,
+            }));
+        }
+        out
+    }
+
+    /// The bm25 of each of the given memories of the agent that the index
+    /// holds (0 when it matches no query word).
+    pub fn ranks(&self, tenant: &str, agent: &str, terms: &[String], ids: &[Uuid]) -> HashMap<Uuid, f64> {
+        let key = GroupKey { tenant: tenant.into(), agent: agent.into() };
+        let Some(group) = self.groups.get(&key) else { return HashMap::new() };
+        let weighted = group.weighted(terms);
+        let average_len = group.average_len();
+        ids.iter()
+            .filter_map(|id| {
+                let doc = group.doc(id)?;
+                let rank = weighted
+                    .iter()
+                    .filter_map(|&(term, idf)| {
+                        let at = doc.terms.binary_search_by_key(&term, |(t, _)| *t).ok()?;
+                        Some(term_score(idf, doc.terms[at].1, doc.len, average_len))
+                    })
+                    .sum();
+                Some((*id, rank))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: u128, tier: Tier) -> Entry {
+        Entry { id: Uuid::from_u128(id), tier, valid: true, user_id: None, occurred_at: 0, expires_at: None }
+    }
+
+    fn all<'a>(tiers: &'a [Tier], seen: &'a HashSet<Uuid>) -> ScanFilter<'a> {
+        ScanFilter { tiers, user_id: None, since: None, until: None, now: 0, seen }
+    }
+
+    fn index_of(texts: &[(u128, &str)]) -> TextIndex {
+        let mut index = TextIndex::default();
+        for (id, text) in texts {
+            index.insert("t", "a", entry(*id, Tier::Episodic), text);
+        }
+        index
+    }
+
+    fn best(index: &TextIndex, query: &str) -> Vec<(u128, f64)> {
+        let tiers = [Tier::Episodic];
+        let none = HashSet::new();
+        index
+            .best("t", "a", &query_terms(query), &all(&tiers, &none), 100)
+            .iter()
+            .map(|r| (r.id.as_u128(), r.rank))
+            .collect()
+    }
+
+    #[test]
+    fn query_terms_are_stemmed_folded_and_free_of_stop_words() {
+        assert_eq!(query_terms("What is the capital of France?"), ["capit", "franc"]);
+        assert_eq!(query_terms("the of and"), Vec::<String>::new());
+        assert_eq!(query_terms(""), Vec::<String>::new());
+        assert_eq!(query_terms("NEAR(a b) OR \"x* -y ^z"), ["near", "b", "x", "y", "z"]);
+        assert_eq!(query_terms("Don't repeat, repeats REPEATING"), ["repeat"]);
+        assert_eq!(query_terms("Café crème"), ["cafe", "creme"]);
+    }
+
+    #[test]
+    fn ranks_are_bm25_over_the_agents_rows() {
+        // Five rows of 2, 5, 3, 2 and 2 tokens; "kiwi" in two of them.
+        let index = index_of(&[
+            (1, "kiwi kiwis"),
+            (2, "a kiwi and a plum"),
+            (3, "plum plum tart"),
+            (4, "a pear"),
+            (5, "the fig"),
+        ]);
+        let (n, avg) = (5.0f64, 14.0f64 / 5.0);
+        let idf = |df: f64| ((n - df + 0.5) / (df + 0.5)).ln().max(1e-6);
+        let share = |idf: f64, tf: f64, len: f64| idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * len / avg));
+        let got = best(&index, "kiwi");
+        assert_eq!(got.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [1, 2]);
+        assert!((got[0].1 - share(idf(2.0), 2.0, 2.0)).abs() < 1e-12);
+        assert!((got[1].1 - share(idf(2.0), 1.0, 5.0)).abs() < 1e-12, "stop words count in the length");
+        let got = best(&index, "tart plums");
+        assert_eq!(got.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [3, 2]);
+        let want = share(idf(1.0), 1.0, 3.0) + share(idf(2.0), 2.0, 3.0);
+        assert!((got[0].1 - want).abs() < 1e-12);
+        // A word in every row but one still counts, a little (idf floor).
+        let common = index_of(&[(1, "kiwi"), (2, "kiwi"), (3, "fig")]);
+        assert_eq!(best(&common, "kiwi")[0].1, 1e-6 * 2.2 / (1.0 + 1.2));
+        // The rank of any row is the same number `best` gives it, 0 without a match.
+        let ranks = index.ranks("t", "a", &query_terms("tart plums"), &[Uuid::from_u128(3), Uuid::from_u128(1)]);
+        assert_eq!(ranks[&Uuid::from_u128(3)], got[0].1);
+        assert_eq!(ranks[&Uuid::from_u128(1)], 0.0);
+    }
+
+    #[test]
+    fn removed_rows_leave_the_ranks_of_an_index_built_without_them() {
+        let texts: Vec<(u128, String)> =
+            (0..3_000u128).map(|i| (i, format!("note {i} about kiwi {} and plum {}", i % 7, i % 11))).collect();
+        let mut index = TextIndex::default();
+        for (id, text) in &texts {
+            index.insert("t", "a", entry(*id, Tier::Episodic), text);
+        }
+        // Enough removals to compact the group on the way.
+        for id in (0..3_000u128).filter(|i| i % 3 != 0) {
+            index.remove("t", Uuid::from_u128(id));
+        }
+        index.refresh("t", entry(3, Tier::Episodic));
+        let kept: Vec<(u128, &str)> = texts.iter().filter(|(i, _)| i % 3 == 0).map(|(i, t)| (*i, t.as_str())).collect();
+        let fresh = index_of(&kept);
+        for query in ["kiwi 5", "plum 10 note", "about"] {
+            assert_eq!(best(&index, query), best(&fresh, query), "{query}");
+        }
+        assert_eq!(index.len(), 1_000);
+    }
+
+    #[test]
+    fn groups_never_mix_tenants_or_agents_and_filters_apply() {
+        let mut index = TextIndex::default();
+        index.insert("t", "a", entry(1, Tier::Semantic), "kiwi");
+        index.insert("u", "a", entry(2, Tier::Semantic), "kiwi");
+        index.insert("t", "b", entry(3, Tier::Semantic), "kiwi");
+        index.insert("t", "a", entry(4, Tier::Episodic), "kiwi");
+        let tiers = [Tier::Semantic];
+        let none = HashSet::new();
+        let terms = query_terms("kiwi");
+        let ids = |r: Vec<Ranked>| r.iter().map(|r| r.id.as_u128()).collect::<Vec<_>>();
+        assert_eq!(ids(index.best("t", "a", &terms, &all(&tiers, &none), 10)), [1]);
+        index.retire("t", Uuid::from_u128(1));
+        assert!(index.best("t", "a", &terms, &all(&tiers, &none), 10).is_empty(), "a superseded fact");
+        assert!(index.ranks("t", "a", &terms, &[Uuid::from_u128(2)]).is_empty(), "another tenant's row");
+    }
+}
