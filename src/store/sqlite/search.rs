@@ -34,7 +34,7 @@ use serde_json::Value;
 use sqlx::{QueryBuilder, Row, Sqlite};
 use uuid::Uuid;
 
-use super::rows::{COLUMNS, MemoryRow, decode_vector};
+use super::rows::{JSON_ROW, from_json_rows};
 use super::text::query_terms;
 use super::vectors::ScanFilter;
 use super::{SqliteStore, micros, observe, record, store_error};
@@ -104,11 +104,9 @@ struct Proposal {
     score: f64,
 }
 
-/// A proposed row that passed every filter: the memory, its stored vector
-/// (encoded) and the index's score.
+/// A proposed row that passed every filter, with the index's score.
 struct Candidate {
     memory: Memory,
-    blob: Option<Vec<u8>>,
     score: f64,
 }
 
@@ -159,19 +157,11 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
     a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum::<f64>() / (na * nb)
 }
 
-/// The cosine to the query vector and the stored vector of a row, when it
-/// has a vector of the query's model.
-fn similarity_of(
-    q: &SearchQuery,
-    memory: &Memory,
-    blob: Option<Vec<u8>>,
-) -> StoreResult<(Option<f64>, Option<Vec<f32>>)> {
-    match (&q.vector, blob) {
-        (Some(e), Some(blob)) if memory.embedding_model.as_deref() == Some(e.model.as_str()) => {
-            let v = decode_vector(&blob)?;
-            Ok(if v.len() == e.vector.len() { (Some(cosine(&e.vector, &v)), Some(v)) } else { (None, None) })
-        }
-        _ => Ok((None, None)),
+/// A row's cosine to the query vector, given its vector from the index.
+fn similarity(q: &SearchQuery, vector: Option<Vec<f32>>) -> (Option<f64>, Option<Vec<f32>>) {
+    match (&q.vector, vector) {
+        (Some(e), Some(v)) => (Some(cosine(&e.vector, &v)), Some(v)),
+        _ => (None, None),
     }
 }
 
@@ -215,11 +205,15 @@ impl SqliteStore {
             let reading = started.elapsed().as_secs_f64();
             let q = SearchQuery { vector: vector.clone().await, ..q.clone() };
             let started = Instant::now();
-            let mut hits = Vec::with_capacity(found.len());
-            for c in found {
-                let (similarity, vector) = similarity_of(&q, &c.memory, c.blob)?;
-                hits.push(Hit { memory: c.memory, similarity, text_rank: Some(c.score), vector });
-            }
+            let ids: Vec<Uuid> = found.iter().map(|c| c.memory.id).collect();
+            let mut vectors = self.vectors_of(tenant, &q, &ids);
+            let hits: Vec<Hit> = found
+                .into_iter()
+                .map(|c| {
+                    let (similarity, vector) = similarity(&q, vectors.remove(&c.memory.id));
+                    Hit { memory: c.memory, similarity, text_rank: Some(c.score), vector }
+                })
+                .collect();
             let seconds = reading + started.elapsed().as_secs_f64();
             record("search_text", seconds);
             Ok((Some(hits), seconds))
@@ -257,17 +251,19 @@ impl SqliteStore {
             })
         };
         let found = self.candidates(tenant, q, tiers, now, Some(&embedding.model), propose).await?;
-        found
+        let ids: Vec<Uuid> = found.iter().map(|c| c.memory.id).collect();
+        let mut vectors = self.vectors_of(tenant, q, &ids);
+        Ok(found
             .into_iter()
             .map(|c| {
-                let vector = c.blob.as_deref().map(decode_vector).transpose()?;
-                Ok(Hit { memory: c.memory, similarity: Some(c.score), text_rank: None, vector })
+                let vector = vectors.remove(&c.memory.id);
+                Hit { memory: c.memory, similarity: Some(c.score), text_rank: None, vector }
             })
-            .collect()
+            .collect())
     }
 
-    /// The best rows by bm25, read with their stored vectors (their cosine
-    /// is computed by `search_legs` once the query vector is known).
+    /// The best rows by bm25 (their cosine is computed by `search_legs`
+    /// once the query vector is known).
     async fn text_leg(
         &self,
         tenant: &str,
@@ -332,8 +328,8 @@ impl SqliteStore {
                     if have >= q.per_leg {
                         break;
                     }
-                    if let Some((memory, blob)) = fetched.remove(&p.id) {
-                        found.push(Candidate { memory, blob, score: p.score });
+                    if let Some(memory) = fetched.remove(&p.id) {
+                        found.push(Candidate { memory, score: p.score });
                         have += 1;
                     }
                 }
@@ -352,7 +348,7 @@ impl SqliteStore {
     }
 
     /// The proposed rows that pass every filter (and, given a model, hold a
-    /// vector of it): memory and stored vector by id.
+    /// vector of it), by id.
     async fn fetch_rows(
         &self,
         tenant: &str,
@@ -361,7 +357,7 @@ impl SqliteStore {
         tiers: &[Tier],
         model: Option<&str>,
         now: DateTime<Utc>,
-    ) -> StoreResult<HashMap<Uuid, (Memory, Option<Vec<u8>>)>> {
+    ) -> StoreResult<HashMap<Uuid, Memory>> {
         let mut out = HashMap::new();
         for &tier in tiers {
             let ids: Vec<Uuid> = proposed.iter().filter(|p| p.tier == tier).map(|p| p.id).collect();
@@ -372,7 +368,7 @@ impl SqliteStore {
                     // planner could prefer the (tenant, agent, created_at) index
                     // and walk the agent's every row.
                     QueryBuilder::new(format!(
-                        "select {COLUMNS}, m.embedding as vec from memories m indexed by memories_tenant_id where"
+                        "select json_group_array({JSON_ROW}) from memories m indexed by memories_tenant_id where"
                     ));
                 push_filters(&mut qb, tenant, tier, q, now);
                 if let Some(model) = model {
@@ -384,38 +380,43 @@ impl SqliteStore {
                     sep.push_bind(*id);
                 }
                 qb.push(")");
-                let rows = qb.build().fetch_all(&self.inner.pool).await.map_err(store_error)?;
-                for row in rows {
-                    let blob: Option<Vec<u8>> = row.try_get("vec").map_err(store_error)?;
-                    let memory: Memory =
-                        <MemoryRow as sqlx::FromRow<_>>::from_row(&row).map_err(store_error)?.try_into()?;
-                    out.insert(memory.id, (memory, blob));
-                }
+                let rows: String = qb.build_query_scalar().fetch_one(&self.inner.pool).await.map_err(store_error)?;
+                out.extend(from_json_rows(&rows)?.into_iter().map(|(_, m)| (m.id, m)));
             }
         }
         Ok(out)
     }
 
+    /// The normalised vectors of the given rows that have one of the query
+    /// vector's model, from the vector index (a row committed a moment ago
+    /// may not be there yet; it then goes without, as a row of another model).
+    fn vectors_of(&self, tenant: &str, q: &SearchQuery, ids: &[Uuid]) -> HashMap<Uuid, Vec<f32>> {
+        let Some(e) = &q.vector else { return HashMap::new() };
+        let index = self.inner.vectors.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        index.normalised(tenant, &e.model, e.vector.len(), ids)
+    }
+
     /// The rows of the given `seq`s as hits (no text rank yet), with their
     /// cosine to the query vector when they have a vector of its model.
-    async fn hits_by_seq(&self, q: &SearchQuery, seqs: &[i64]) -> StoreResult<HashMap<i64, Hit>> {
+    async fn hits_by_seq(&self, tenant: &str, q: &SearchQuery, seqs: &[i64]) -> StoreResult<HashMap<i64, Hit>> {
         let mut qb: QueryBuilder<Sqlite> =
-            QueryBuilder::new(format!("select {COLUMNS}, m.embedding as vec from memories m where m.seq in ("));
+            QueryBuilder::new(format!("select json_group_array({JSON_ROW}) from memories m where m.seq in ("));
         let mut sep = qb.separated(", ");
         for seq in seqs {
             sep.push_bind(*seq);
         }
         qb.push(")");
-        let mut rows = HashMap::new();
-        for row in qb.build().fetch_all(&self.inner.pool).await.map_err(store_error)? {
-            let blob: Option<Vec<u8>> = row.try_get("vec").map_err(store_error)?;
-            let memory = <MemoryRow as sqlx::FromRow<_>>::from_row(&row).map_err(store_error)?;
-            let seq = memory.seq;
-            let memory: Memory = memory.try_into()?;
-            let (similarity, vector) = similarity_of(q, &memory, blob)?;
-            rows.insert(seq, Hit { memory, similarity, text_rank: None, vector });
-        }
-        Ok(rows)
+        let rows: String = qb.build_query_scalar().fetch_one(&self.inner.pool).await.map_err(store_error)?;
+        let rows = from_json_rows(&rows)?;
+        let ids: Vec<Uuid> = rows.iter().map(|(_, m)| m.id).collect();
+        let mut vectors = self.vectors_of(tenant, q, &ids);
+        Ok(rows
+            .into_iter()
+            .map(|(seq, memory)| {
+                let (similarity, vector) = similarity(q, vectors.remove(&memory.id));
+                (seq, Hit { memory, similarity, text_rank: None, vector })
+            })
+            .collect())
     }
 
     /// The episodic rows written just before and after each anchor by the
@@ -467,7 +468,7 @@ impl SqliteStore {
         let mut seqs: Vec<i64> = pairs.iter().map(|(_, seq)| *seq).collect();
         seqs.sort_unstable();
         seqs.dedup();
-        let mut rows = self.hits_by_seq(q, &seqs).await?;
+        let mut rows = self.hits_by_seq(tenant, q, &seqs).await?;
         let terms = query_terms(&q.text);
         let ranks = if terms.is_empty() {
             HashMap::new()

@@ -265,6 +265,25 @@ impl VectorIndex {
         out
     }
 
+    /// The normalised vectors of the given memories that have one of
+    /// `model` with `dims` dimensions (unit length: a dot product is their
+    /// cosine).
+    pub fn normalised(&self, tenant: &str, model: &str, dims: usize, ids: &[Uuid]) -> HashMap<Uuid, Vec<f32>> {
+        let mut out = HashMap::with_capacity(ids.len());
+        for id in ids {
+            let Some(key) = self.locations.get(&(tenant.to_string(), *id)) else { continue };
+            if key.model != model || key.dims != dims {
+                continue;
+            }
+            if let Some(group) = self.groups.get(key)
+                && let Some(&slot) = group.slots.get(id)
+            {
+                out.insert(*id, group.vectors[slot * dims..(slot + 1) * dims].to_vec());
+            }
+        }
+        out
+    }
+
     /// How many vectors one group holds (tests and benchmarks).
     pub fn group_len(&self, tenant: &str, agent: &str, model: &str, dims: usize) -> usize {
         let key = GroupKey { tenant: tenant.into(), agent: agent.into(), model: model.into(), dims };

@@ -433,3 +433,41 @@ async fn a_query_vector_that_arrives_late_gives_the_same_hits() {
     assert_eq!(at_once.len(), 3);
     assert!(at_once.iter().all(|(_, s, r)| s.is_some() && r.is_some()));
 }
+
+#[tokio::test]
+async fn search_hits_carry_every_field_as_a_plain_read_does() {
+    let dir = TempDir::new();
+    let store = open(&dir).await;
+    let episode =
+        write_one(&store, "t1", prepared(new_memory(Tier::Episodic, "a", "Kiwi harvest."), None), at(0)).await;
+    let mut old = new_memory(Tier::Semantic, "a", "The kiwi harvest is in May.");
+    (old.subject, old.predicate, old.object) = (Some("kiwi harvest".into()), Some("month".into()), Some("May".into()));
+    old.user_id = Some("ü\"1".into());
+    write_one(&store, "t1", prepared(old, emb("m1", &[1.0, 0.0])), at(1)).await;
+    let mut fact = new_memory(Tier::Semantic, "a", "The kiwi harvest is in June.");
+    (fact.subject, fact.predicate, fact.object) =
+        (Some("kiwi harvest".into()), Some("month".into()), Some("June".into()));
+    (fact.confidence, fact.source_episode_id, fact.user_id) = (Some(0.9), Some(episode.id), Some("ü\"1".into()));
+    fact.metadata = json!({"n": 1.5, "tags": ["a"], "nested": {"x": null}}).as_object().unwrap().clone();
+    fact.private = true;
+    let fact = write_one(&store, "t1", prepared(fact, emb("m1", &[0.6, 0.8])), at(2)).await;
+    assert!(fact.supersedes.is_some());
+    let mut skill = new_memory(Tier::Procedural, "a", "Pick kiwis when soft.");
+    skill.skill_name = Some("kiwi picking".into());
+    skill.trigger_pattern = Some("harvest".into());
+    skill.policy = Some(json!({"steps": ["feel", "pick"]}));
+    skill.tool_sequence = Some(json!(["basket"]));
+    skill.outcome = Some(crate::domain::Outcome::Success);
+    skill.reward = Some(0.5);
+    let skill = write_one(&store, "t1", prepared(skill, None), at(3)).await;
+
+    let hits = store.search("t1", &query("a", "kiwi harvest", emb("m1", &[1.0, 0.0])), at(4)).await.unwrap();
+    for id in [episode.id, fact.id, skill.id] {
+        let hit = hits.hits.iter().find(|h| h.memory.id == id).unwrap_or_else(|| panic!("{id} missing"));
+        assert_eq!(hit.memory, store.get("t1", id, at(4)).await.unwrap());
+    }
+    // Vectors come from the index, unit length: the fact's cosine is exact.
+    let hit = hits.hits.iter().find(|h| h.memory.id == fact.id).unwrap();
+    assert!((hit.similarity.unwrap() - 0.6).abs() < 1e-6);
+    assert_eq!(hit.vector.as_deref(), Some(&[0.6f32, 0.8][..]));
+}
