@@ -73,10 +73,15 @@ fn push_metadata_json(qb: &mut QueryBuilder<Sqlite>, key: &str, value: &Value) {
     qb.push(")");
 }
 
-/// The filters every leg applies, for the row alias `m`.
-fn push_filters(qb: &mut QueryBuilder<Sqlite>, tenant: &str, tier: Tier, q: &SearchQuery, now: DateTime<Utc>) {
+/// The filters every leg applies, for the row alias `m`, in any of `tiers`.
+fn push_filters(qb: &mut QueryBuilder<Sqlite>, tenant: &str, tiers: &[Tier], q: &SearchQuery, now: DateTime<Utc>) {
     qb.push(" m.tenant_id = ").push_bind(tenant.to_string());
-    qb.push(" and m.tier = ").push_bind(tier.as_str());
+    qb.push(" and m.tier in (");
+    let mut sep = qb.separated(", ");
+    for tier in tiers {
+        sep.push_bind(tier.as_str());
+    }
+    qb.push(")");
     qb.push(" and m.agent_id = ").push_bind(q.agent_id.clone());
     qb.push(" and (m.expires_at is null or m.expires_at > ").push_bind(micros(now)).push(")");
     if let Some(u) = &q.user_id {
@@ -91,8 +96,8 @@ fn push_filters(qb: &mut QueryBuilder<Sqlite>, tenant: &str, tier: Tier, q: &Sea
     for (k, v) in &q.metadata {
         push_metadata_json(qb, k, v);
     }
-    if tier == Tier::Semantic {
-        qb.push(" and m.valid_until is null");
+    if tiers.contains(&Tier::Semantic) {
+        qb.push(" and (m.tier <> 'semantic' or m.valid_until is null)");
     }
 }
 
@@ -359,30 +364,28 @@ impl SqliteStore {
         now: DateTime<Utc>,
     ) -> StoreResult<HashMap<Uuid, Memory>> {
         let mut out = HashMap::new();
-        for &tier in tiers {
-            let ids: Vec<Uuid> = proposed.iter().filter(|p| p.tier == tier).map(|p| p.id).collect();
-            // SQLite allows 32766 bound parameters per statement; stay well below.
-            for chunk in ids.chunks(2_000) {
-                let mut qb: QueryBuilder<Sqlite> =
-                    // The ids are the selective part; without statistics the
-                    // planner could prefer the (tenant, agent, created_at) index
-                    // and walk the agent's every row.
-                    QueryBuilder::new(format!(
-                        "select json_group_array({JSON_ROW}) from memories m indexed by memories_tenant_id where"
-                    ));
-                push_filters(&mut qb, tenant, tier, q, now);
-                if let Some(model) = model {
-                    qb.push(" and m.embedding_model = ").push_bind(model.to_string());
-                }
-                qb.push(" and m.id in (");
-                let mut sep = qb.separated(", ");
-                for id in chunk {
-                    sep.push_bind(*id);
-                }
-                qb.push(")");
-                let rows: String = qb.build_query_scalar().fetch_one(&self.inner.pool).await.map_err(store_error)?;
-                out.extend(from_json_rows(&rows)?.into_iter().map(|(_, m)| (m.id, m)));
+        let ids: Vec<Uuid> = proposed.iter().filter(|p| tiers.contains(&p.tier)).map(|p| p.id).collect();
+        // SQLite allows 32766 bound parameters per statement; stay well below.
+        for chunk in ids.chunks(2_000) {
+            let mut qb: QueryBuilder<Sqlite> =
+                // The ids are the selective part; without statistics the
+                // planner could prefer the (tenant, agent, created_at) index
+                // and walk the agent's every row.
+                QueryBuilder::new(format!(
+                    "select json_group_array({JSON_ROW}) from memories m indexed by memories_tenant_id where"
+                ));
+            push_filters(&mut qb, tenant, tiers, q, now);
+            if let Some(model) = model {
+                qb.push(" and m.embedding_model = ").push_bind(model.to_string());
             }
+            qb.push(" and m.id in (");
+            let mut sep = qb.separated(", ");
+            for id in chunk {
+                sep.push_bind(*id);
+            }
+            qb.push(")");
+            let rows: String = qb.build_query_scalar().fetch_one(&self.inner.pool).await.map_err(store_error)?;
+            out.extend(from_json_rows(&rows)?.into_iter().map(|(_, m)| (m.id, m)));
         }
         Ok(out)
     }
@@ -446,7 +449,7 @@ impl SqliteStore {
         qb.push(")) select a.id as anchor");
         for (name, cmp, order) in [("before", "<", "desc"), ("after", ">", "asc")] {
             qb.push(", (select m.seq from memories m where");
-            push_filters(&mut qb, tenant, Tier::Episodic, q, now);
+            push_filters(&mut qb, tenant, &[Tier::Episodic], q, now);
             qb.push(format!(
                 " and (m.created_at, m.id) {cmp} (a.created_at, a.id) order by m.created_at {order}, m.id {order} \
                  limit 1) as {name}"

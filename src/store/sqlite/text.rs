@@ -126,6 +126,9 @@ struct Doc {
     live: bool,
 }
 
+/// `Group::lens` of a removed document.
+const GONE: u32 = u32::MAX;
+
 #[derive(Default)]
 struct Group {
     words: HashMap<Box<str>, u32>,
@@ -135,6 +138,10 @@ struct Group {
     df: Vec<u32>,
     /// By slot; removed documents stay as holes until `compact`.
     docs: Vec<Doc>,
+    /// By slot, dense for the ranking loop: each document's length (`GONE`
+    /// once removed) and tier.
+    lens: Vec<u32>,
+    tiers: Vec<Tier>,
     slots: HashMap<Uuid, u32>,
     live: u32,
     total_len: u64,
@@ -172,6 +179,8 @@ impl Group {
         self.slots.insert(entry.id, slot);
         self.live += 1;
         self.total_len += u64::from(len);
+        self.lens.push(len);
+        self.tiers.push(entry.tier);
         self.docs.push(Doc { entry, len, terms: terms.into(), text_hash: hash(text), live: true });
     }
 
@@ -179,6 +188,7 @@ impl Group {
         let Some(slot) = self.slots.remove(&id) else { return };
         let doc = &mut self.docs[slot as usize];
         doc.live = false;
+        self.lens[slot as usize] = GONE;
         for &(term, _) in doc.terms.iter() {
             self.df[term as usize] -= 1;
         }
@@ -201,6 +211,8 @@ impl Group {
             }
         }
         self.docs.retain(|d| d.live);
+        self.lens.retain(|len| *len != GONE);
+        self.tiers = self.docs.iter().map(|d| d.entry.tier).collect();
         for list in &mut self.postings {
             list.retain_mut(|(slot, _)| {
                 *slot = new_slot[*slot as usize];
@@ -236,10 +248,25 @@ impl Group {
     }
 }
 
-/// One term's share of a document's bm25.
-fn term_score(idf: f64, occurrences: u32, len: u32, average_len: f64) -> f64 {
-    let tf = f64::from(occurrences);
-    idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * f64::from(len) / average_len))
+/// bm25's length normalisation for one group's average length, the
+/// constants taken out of the ranking loop.
+#[derive(Clone, Copy)]
+struct Bm25 {
+    base: f64,
+    per_token: f64,
+}
+
+impl Bm25 {
+    fn new(average_len: f64) -> Bm25 {
+        Bm25 { base: K1 * (1.0 - B), per_token: K1 * B / average_len }
+    }
+
+    /// One term's share of a document's bm25.
+    #[inline]
+    fn score(self, idf: f64, occurrences: u32, len: u32) -> f64 {
+        let tf = f64::from(occurrences);
+        idf * tf * (K1 + 1.0) / (tf + self.base + self.per_token * f64::from(len))
+    }
 }
 
 fn hash(text: &str) -> u64 {
@@ -379,44 +406,54 @@ impl TextIndex {
         if weighted.is_empty() || want == 0 {
             return Vec::new();
         }
-        let average_len = group.average_len();
-        let mut scores = vec![0f64; group.docs.len()];
+        // The loop reads only the dense `lens` (a document is 4 bytes there).
+        let bm25 = Bm25::new(group.average_len());
+        let mut scores = vec![0f64; group.lens.len()];
         let mut matched: Vec<u32> = Vec::new();
         for (term, idf) in weighted {
             for &(slot, occurrences) in &group.postings[term as usize] {
-                let doc = &group.docs[slot as usize];
-                if !doc.live {
+                let len = group.lens[slot as usize];
+                if len == GONE {
                     continue;
                 }
                 let score = &mut scores[slot as usize];
                 if *score == 0.0 {
                     matched.push(slot);
                 }
-                *score += term_score(idf, occurrences, doc.len, average_len);
+                *score += bm25.score(idf, occurrences, len);
             }
         }
         let mut by_tier: Vec<Vec<(f64, u32)>> = vec![Vec::new(); filter.tiers.len()];
         for slot in matched {
-            let entry = &group.docs[slot as usize].entry;
-            if let Some(t) = filter.tiers.iter().position(|t| *t == entry.tier)
-                && filter.admits(entry)
-            {
+            if let Some(t) = filter.tiers.iter().position(|t| *t == group.tiers[slot as usize]) {
                 by_tier[t].push((scores[slot as usize], slot));
             }
         }
         let order = |a: &(f64, u32), b: &(f64, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
         let mut out = Vec::new();
         for (&tier, mut ranked) in filter.tiers.iter().zip(by_tier) {
-            if ranked.len() > want {
-                ranked.select_nth_unstable_by(want - 1, order);
-                ranked.truncate(want);
+            // Only the best need the filters' check: sort a margin beyond
+            // `want`, and all of them only when the filters reject that many.
+            let mut sorted = 0;
+            let mut taken = 0;
+            let mut at = 0;
+            while taken < want && at < ranked.len() {
+                if at == sorted {
+                    let next = (sorted + (want - taken) * 2 + 16).min(ranked.len());
+                    if next < ranked.len() {
+                        ranked[sorted..].select_nth_unstable_by(next - sorted - 1, order);
+                    }
+                    ranked[sorted..next].sort_unstable_by(order);
+                    sorted = next;
+                }
+                let (rank, slot) = ranked[at];
+                at += 1;
+                let entry = &group.docs[slot as usize].entry;
+                if filter.admits(entry) {
+                    out.push(Ranked { id: entry.id, tier, rank });
+                    taken += 1;
+                }
             }
-            ranked.sort_unstable_by(order);
-            out.extend(ranked.into_iter().map(|(rank, slot)| Ranked {
-                id: group.docs[slot as usize].entry.id,
-                tier,
-                rank,
-            }));
         }
         out
     }
@@ -427,7 +464,7 @@ impl TextIndex {
         let key = GroupKey { tenant: tenant.into(), agent: agent.into() };
         let Some(group) = self.groups.get(&key) else { return HashMap::new() };
         let weighted = group.weighted(terms);
-        let average_len = group.average_len();
+        let bm25 = Bm25::new(group.average_len());
         ids.iter()
             .filter_map(|id| {
                 let doc = group.doc(id)?;
@@ -435,7 +472,7 @@ impl TextIndex {
                     .iter()
                     .filter_map(|&(term, idf)| {
                         let at = doc.terms.binary_search_by_key(&term, |(t, _)| *t).ok()?;
-                        Some(term_score(idf, doc.terms[at].1, doc.len, average_len))
+                        Some(bm25.score(idf, doc.terms[at].1, doc.len))
                     })
                     .sum();
                 Some((*id, rank))

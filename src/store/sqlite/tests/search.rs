@@ -471,3 +471,81 @@ async fn search_hits_carry_every_field_as_a_plain_read_does() {
     assert!((hit.similarity.unwrap() - 0.6).abs() < 1e-6);
     assert_eq!(hit.vector.as_deref(), Some(&[0.6f32, 0.8][..]));
 }
+
+/// The legs' cost on a real data directory (`ENGRAM_TIMING_DIR`, e.g. the
+/// recall benchmark's; `ENGRAM_TIMING_TENANT`, `ENGRAM_TIMING_AGENT`), 200
+/// of the agent's stored texts and vectors used as queries. Prints, asserts
+/// nothing about time; run optimised as `search_timing` above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a timing printout, not a check"]
+async fn search_timing_on_a_data_directory() {
+    let Ok(dir) = std::env::var("ENGRAM_TIMING_DIR") else { return };
+    let tenant = std::env::var("ENGRAM_TIMING_TENANT").unwrap_or_else(|_| "bench-recall".into());
+    let agent = std::env::var("ENGRAM_TIMING_AGENT").unwrap_or_else(|_| "agent-a".into());
+    let store = SqliteStore::open(std::path::Path::new(&dir), &super::SqliteSettings::default()).await.unwrap();
+    let picked: Vec<(Uuid, String, String)> = sqlx::query_as(
+        "select id, content, embedding_model from memories where tenant_id = ? and agent_id = ? \
+         and embedding_model is not null order by random() limit 200",
+    )
+    .bind(&tenant)
+    .bind(&agent)
+    .fetch_all(&store.inner.pool)
+    .await
+    .unwrap();
+    let queries: Vec<(String, Embedding)> = picked
+        .into_iter()
+        .filter_map(|(id, text, model)| {
+            let index = store.inner.vectors.read().unwrap();
+            let vector = index.normalised(&tenant, &model, 384, &[id]).remove(&id)?;
+            Some((text, Embedding { model, vector }))
+        })
+        .collect();
+    let now = Utc::now();
+    let percentiles = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        format!("p50 {:.2} p95 {:.2}", v[v.len() / 2], v[v.len() * 95 / 100])
+    };
+    let mut report = format!("{} queries", queries.len());
+    for per_leg in [40, 200] {
+        let (mut rank, mut text, mut vector, mut both) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (text_q, e) in &queries {
+            let terms = super::super::text::query_terms(text_q);
+            let started = std::time::Instant::now();
+            let tiers = [Tier::Episodic, Tier::Semantic, Tier::Procedural];
+            let seen = std::collections::HashSet::new();
+            let filter = super::super::vectors::ScanFilter {
+                tiers: &tiers,
+                user_id: None,
+                since: None,
+                until: None,
+                now: now.timestamp_micros(),
+                seen: &seen,
+            };
+            store.inner.text.read().unwrap().best(&tenant, &agent, &terms, &filter, per_leg);
+            rank.push(started.elapsed().as_secs_f64() * 1e3);
+            let mut q = query(&agent, text_q, None);
+            q.per_leg = per_leg;
+            let started = std::time::Instant::now();
+            store.search(&tenant, &q, now).await.unwrap();
+            text.push(started.elapsed().as_secs_f64() * 1e3);
+            let mut q = query(&agent, "", Some(e.clone()));
+            q.per_leg = per_leg;
+            let started = std::time::Instant::now();
+            store.search(&tenant, &q, now).await.unwrap();
+            vector.push(started.elapsed().as_secs_f64() * 1e3);
+            let mut q = query(&agent, text_q, Some(e.clone()));
+            q.per_leg = per_leg;
+            let started = std::time::Instant::now();
+            store.search(&tenant, &q, now).await.unwrap();
+            both.push(started.elapsed().as_secs_f64() * 1e3);
+        }
+        report += &format!(
+            "; per_leg {per_leg}: bm25 ranking {}, text-only search {}, vector-only search {}, both {}",
+            percentiles(rank),
+            percentiles(text),
+            percentiles(vector),
+            percentiles(both)
+        );
+    }
+    println!("{report}");
+}
