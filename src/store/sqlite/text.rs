@@ -33,7 +33,6 @@ use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::LazyLock;
 
-use futures::TryStreamExt;
 use rust_stemmers::{Algorithm, Stemmer};
 use sqlx::SqlitePool;
 use unicode_normalization::UnicodeNormalization;
@@ -71,13 +70,16 @@ static STEMMER: LazyLock<Stemmer> = LazyLock::new(|| Stemmer::create(Algorithm::
 /// Calls `f` with each token of `text` (lowercased, accents folded) and
 /// whether it is a stop word.
 fn tokens(text: &str, mut f: impl FnMut(&str, bool)) {
+    let mut lower = String::new();
     for word in text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
-        let lower = if word.is_ascii() {
-            Cow::Owned(word.to_ascii_lowercase())
+        lower.clear();
+        if word.is_ascii() {
+            lower.push_str(word);
+            lower.make_ascii_lowercase();
         } else {
-            Cow::Owned(word.nfd().filter(|c| !is_combining_mark(*c)).collect::<String>().to_lowercase())
-        };
-        f(&lower, STOP.contains(lower.as_ref()));
+            lower.extend(word.nfd().filter(|c| !is_combining_mark(*c)).flat_map(char::to_lowercase));
+        }
+        f(&lower, STOP.contains(lower.as_str()));
     }
 }
 
@@ -131,7 +133,11 @@ const GONE: u32 = u32::MAX;
 
 #[derive(Default)]
 struct Group {
+    /// Stem -> term.
     words: HashMap<Box<str>, u32>,
+    /// Word as written (lowercased) -> term: most words recur, and stemming
+    /// is most of the cost of indexing a text.
+    surface: HashMap<Box<str>, u32>,
     /// Per term: (slot, occurrences), slots ascending.
     postings: Vec<Vec<(u32, u32)>>,
     /// Per term: live documents holding it.
@@ -157,14 +163,21 @@ impl Group {
             if stop {
                 return;
             }
-            let stem = STEMMER.stem(word);
-            let term = match self.words.get(stem.as_ref()) {
+            let term = match self.surface.get(word) {
                 Some(&t) => t,
                 None => {
-                    let t = self.postings.len() as u32;
-                    self.words.insert(stem.into(), t);
-                    self.postings.push(Vec::new());
-                    self.df.push(0);
+                    let stem = STEMMER.stem(word);
+                    let t = match self.words.get(stem.as_ref()) {
+                        Some(&t) => t,
+                        None => {
+                            let t = self.postings.len() as u32;
+                            self.words.insert(stem.into(), t);
+                            self.postings.push(Vec::new());
+                            self.df.push(0);
+                            t
+                        }
+                    };
+                    self.surface.insert(word.into(), t);
                     t
                 }
             };
@@ -291,9 +304,12 @@ pub struct TextIndex {
 }
 
 impl TextIndex {
-    /// Reads every stored memory's text.
+    /// Reads every stored memory's text, in chunks of rows handed over as
+    /// one JSON row each (row by row, the driver's hand-over between
+    /// threads would cost more than the indexing).
     pub async fn load(pool: &SqlitePool) -> Result<TextIndex, sqlx::Error> {
         type LoadRow = (
+            i64,
             String,
             String,
             Uuid,
@@ -301,28 +317,41 @@ impl TextIndex {
             Option<String>,
             i64,
             Option<i64>,
-            bool,
+            u8,
             String,
             Option<String>,
             Option<String>,
         );
+        // Smaller in tests, so that their stores span several chunks.
+        const CHUNK: i64 = if cfg!(test) { 1_000 } else { 5_000 };
         let mut index = TextIndex::default();
-        let mut rows = sqlx::query_as::<_, LoadRow>(
-            "select tenant_id, agent_id, id, tier, user_id, occurred_at, expires_at, valid_until is null, content, \
-             skill_name, trigger_pattern from memories order by seq",
-        )
-        .fetch(pool);
-        while let Some((tenant, agent, id, tier, user_id, occurred_at, expires_at, valid, content, name, trigger)) =
-            rows.try_next().await?
-        {
-            let Some(tier) = Tier::parse(&tier) else { continue };
-            let entry = Entry { id, tier, valid, user_id: user_id.map(Into::into), occurred_at, expires_at };
-            let text = if tier == Tier::Procedural {
-                Cow::Owned(format!("{} {content} {}", name.unwrap_or_default(), trigger.unwrap_or_default()))
-            } else {
-                Cow::Borrowed(content.as_str())
-            };
-            index.insert(&tenant, &agent, entry, &text);
+        let mut after = i64::MIN;
+        loop {
+            let chunk: String = sqlx::query_scalar(
+                "with r as (select seq, tenant_id, agent_id, hex(id) as id, tier, user_id, occurred_at, expires_at, \
+                 valid_until is null as valid, content, skill_name, trigger_pattern from memories where seq > ? \
+                 order by seq limit ?) \
+                 select json_group_array(json_array(seq, tenant_id, agent_id, id, tier, user_id, occurred_at, \
+                 expires_at, valid, content, skill_name, trigger_pattern) order by seq) from r",
+            )
+            .bind(after)
+            .bind(CHUNK)
+            .fetch_one(pool)
+            .await?;
+            let rows: Vec<LoadRow> = serde_json::from_str(&chunk).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+            let Some(last) = rows.last() else { break };
+            after = last.0;
+            for (_, tenant, agent, id, tier, user_id, occurred_at, expires_at, valid, content, name, trigger) in rows {
+                let Some(tier) = Tier::parse(&tier) else { continue };
+                let entry =
+                    Entry { id, tier, valid: valid != 0, user_id: user_id.map(Into::into), occurred_at, expires_at };
+                let text = if tier == Tier::Procedural {
+                    Cow::Owned(format!("{} {content} {}", name.unwrap_or_default(), trigger.unwrap_or_default()))
+                } else {
+                    Cow::Borrowed(content.as_str())
+                };
+                index.insert(&tenant, &agent, entry, &text);
+            }
         }
         Ok(index)
     }

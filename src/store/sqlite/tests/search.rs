@@ -360,6 +360,13 @@ async fn every_match_is_ranked_and_both_legs_give_a_row_the_same_bm25() {
     q.vector = emb("m1", &[1.0, 0.0]);
     let both = store.search("t1", &q, at(1)).await.unwrap();
     assert_eq!(ranked(&both)[..2], [(oldest, Some(best)), (plum, Some(0.0))]);
+
+    // Rebuilt at open (in several chunks), the index ranks the same.
+    store.close().await;
+    drop(store);
+    let store = open(&dir).await;
+    q.vector = None;
+    assert_eq!(ranked(&store.search("t1", &q, at(1)).await.unwrap()), ranked(&text));
 }
 
 #[tokio::test]
@@ -482,7 +489,18 @@ async fn search_timing_on_a_data_directory() {
     let Ok(dir) = std::env::var("ENGRAM_TIMING_DIR") else { return };
     let tenant = std::env::var("ENGRAM_TIMING_TENANT").unwrap_or_else(|_| "bench-recall".into());
     let agent = std::env::var("ENGRAM_TIMING_AGENT").unwrap_or_else(|_| "agent-a".into());
+    let started = std::time::Instant::now();
     let store = SqliteStore::open(std::path::Path::new(&dir), &super::SqliteSettings::default()).await.unwrap();
+    let open_ms = started.elapsed().as_secs_f64() * 1e3;
+    let started = std::time::Instant::now();
+    let texts = super::super::TextIndex::load(&store.inner.pool).await.unwrap().len();
+    let text_ms = started.elapsed().as_secs_f64() * 1e3;
+    let started = std::time::Instant::now();
+    super::super::VectorIndex::load(&store.inner.pool).await.unwrap();
+    let vectors_ms = started.elapsed().as_secs_f64() * 1e3;
+    println!(
+        "open {open_ms:.0} ms; alone: full-text index of {texts} rows {text_ms:.0} ms, vector index {vectors_ms:.0} ms"
+    );
     let picked: Vec<(Uuid, String, String)> = sqlx::query_as(
         "select id, content, embedding_model from memories where tenant_id = ? and agent_id = ? \
          and embedding_model is not null order by random() limit 200",
