@@ -101,12 +101,16 @@ pub fn query_terms(text: &str) -> Vec<String> {
 /// The text a memory is found by: its content, and for a skill its name
 /// and trigger pattern too (what Postgres's `search_tsv` is generated from).
 pub fn body(m: &Memory) -> Cow<'_, str> {
-    if m.tier == Tier::Procedural {
-        let name = m.skill_name.as_deref().unwrap_or_default();
-        let trigger = m.trigger_pattern.as_deref().unwrap_or_default();
-        Cow::Owned(format!("{name} {} {trigger}", m.content))
+    body_of(m.tier, &m.content, m.skill_name.as_deref(), m.trigger_pattern.as_deref())
+}
+
+/// `body` from the columns it is made of.
+fn body_of<'a>(tier: Tier, content: &'a str, skill_name: Option<&str>, trigger: Option<&str>) -> Cow<'a, str> {
+    if tier == Tier::Procedural {
+        let (name, trigger) = (skill_name.unwrap_or_default(), trigger.unwrap_or_default());
+        Cow::Owned(format!("{name} {content} {trigger}"))
     } else {
-        Cow::Borrowed(&m.content)
+        Cow::Borrowed(content)
     }
 }
 
@@ -117,15 +121,13 @@ struct GroupKey {
     agent: String,
 }
 
+/// A document; its length and tier are in `Group::lens` and `Group::tiers`.
 struct Doc {
     entry: Entry,
-    /// Tokens of the text, stop words included (bm25's document length).
-    len: u32,
     /// (term, occurrences) of its search words, sorted by term.
     terms: Box<[(u32, u32)]>,
     /// Hash of the text, so a rewrite with the same text only refreshes.
     text_hash: u64,
-    live: bool,
 }
 
 /// `Group::lens` of a removed document.
@@ -144,8 +146,9 @@ struct Group {
     df: Vec<u32>,
     /// By slot; removed documents stay as holes until `compact`.
     docs: Vec<Doc>,
-    /// By slot, dense for the ranking loop: each document's length (`GONE`
-    /// once removed) and tier.
+    /// By slot, dense for the ranking loop: each document's length in
+    /// tokens, stop words included (bm25's document length; `GONE` once
+    /// removed), and its tier.
     lens: Vec<u32>,
     tiers: Vec<Tier>,
     slots: HashMap<Uuid, u32>,
@@ -194,19 +197,17 @@ impl Group {
         self.total_len += u64::from(len);
         self.lens.push(len);
         self.tiers.push(entry.tier);
-        self.docs.push(Doc { entry, len, terms: terms.into(), text_hash: hash(text), live: true });
+        self.docs.push(Doc { entry, terms: terms.into(), text_hash: hash(text) });
     }
 
     fn remove(&mut self, id: Uuid) {
         let Some(slot) = self.slots.remove(&id) else { return };
-        let doc = &mut self.docs[slot as usize];
-        doc.live = false;
-        self.lens[slot as usize] = GONE;
-        for &(term, _) in doc.terms.iter() {
+        let len = std::mem::replace(&mut self.lens[slot as usize], GONE);
+        for &(term, _) in self.docs[slot as usize].terms.iter() {
             self.df[term as usize] -= 1;
         }
         self.live -= 1;
-        self.total_len -= u64::from(doc.len);
+        self.total_len -= u64::from(len);
         let holes = self.docs.len() - self.live as usize;
         if holes > 1_024 && holes > self.docs.len() / 4 {
             self.compact();
@@ -217,13 +218,17 @@ impl Group {
     fn compact(&mut self) {
         let mut new_slot = vec![u32::MAX; self.docs.len()];
         let mut next = 0u32;
-        for (old, doc) in self.docs.iter().enumerate() {
-            if doc.live {
+        for (old, len) in self.lens.iter().enumerate() {
+            if *len != GONE {
                 new_slot[old] = next;
                 next += 1;
             }
         }
-        self.docs.retain(|d| d.live);
+        let mut old = 0;
+        self.docs.retain(|_| {
+            old += 1;
+            new_slot[old - 1] != u32::MAX
+        });
         self.lens.retain(|len| *len != GONE);
         self.tiers = self.docs.iter().map(|d| d.entry.tier).collect();
         for list in &mut self.postings {
@@ -235,10 +240,6 @@ impl Group {
         for slot in self.slots.values_mut() {
             *slot = new_slot[*slot as usize];
         }
-    }
-
-    fn doc(&self, id: &Uuid) -> Option<&Doc> {
-        self.slots.get(id).map(|&slot| &self.docs[slot as usize])
     }
 
     /// The query's terms in this group, with their idf; unknown words and
@@ -345,11 +346,7 @@ impl TextIndex {
                 let Some(tier) = Tier::parse(&tier) else { continue };
                 let entry =
                     Entry { id, tier, valid: valid != 0, user_id: user_id.map(Into::into), occurred_at, expires_at };
-                let text = if tier == Tier::Procedural {
-                    Cow::Owned(format!("{} {content} {}", name.unwrap_or_default(), trigger.unwrap_or_default()))
-                } else {
-                    Cow::Borrowed(content.as_str())
-                };
+                let text = body_of(tier, &content, name.as_deref(), trigger.as_deref());
                 index.insert(&tenant, &agent, entry, &text);
             }
         }
@@ -496,12 +493,13 @@ impl TextIndex {
         let bm25 = Bm25::new(group.average_len());
         ids.iter()
             .filter_map(|id| {
-                let doc = group.doc(id)?;
+                let slot = *group.slots.get(id)? as usize;
+                let (doc, len) = (&group.docs[slot], group.lens[slot]);
                 let rank = weighted
                     .iter()
                     .filter_map(|&(term, idf)| {
                         let at = doc.terms.binary_search_by_key(&term, |(t, _)| *t).ok()?;
-                        Some(bm25.score(idf, doc.terms[at].1, doc.len))
+                        Some(bm25.score(idf, doc.terms[at].1, len))
                     })
                     .sum();
                 Some((*id, rank))
