@@ -95,6 +95,8 @@ struct Inner {
     vectors: RwLock<VectorIndex>,
     /// Every memory's text, for the full-text leg; kept like `vectors`.
     text: RwLock<TextIndex>,
+    /// Working-memory sessions recently read, parsed (see `working.rs`).
+    sessions: std::sync::Mutex<working::SessionCache>,
     idempotency_ttl: chrono::Duration,
     working_max_entries: usize,
     dir: PathBuf,
@@ -155,6 +157,7 @@ impl SqliteStore {
                 write_gate: tokio::sync::Mutex::new(()),
                 vectors: RwLock::new(vectors),
                 text: RwLock::new(text),
+                sessions: Default::default(),
                 idempotency_ttl: chrono::Duration::hours(i64::from(settings.idempotency_ttl_hours)),
                 working_max_entries: settings.working_max_entries.max(1),
                 dir: dir.to_path_buf(),

@@ -9,6 +9,12 @@
 //! `expires_at` (at least 1), counted from the wall clock at the write,
 //! since reads (which take no `now`) check the wall clock.
 //!
+//! Sessions read by searches are kept parsed in process (`SessionCache`):
+//! a search reads its whole session, up to `working_max_entries` entries,
+//! and parsing them again for every search cost more than the rest of the
+//! read. Every write to the table goes through this file and drops the
+//! tenant's cached sessions after its commit.
+//!
 //! The skill cache holds copies of procedural memories for a few minutes;
 //! losing it on restart costs one read per skill.
 
@@ -25,6 +31,54 @@ use super::{Inner, micros, observe, store_error};
 use crate::domain::Memory;
 use crate::store::{SkillCache, StoreError, StoreResult, WorkingMemory};
 
+/// A session: tenant, agent, session id.
+type SessionKey = (String, String, String);
+
+/// A session's entries, oldest first, each with its wall-clock deadline in
+/// microseconds (None: never).
+type Entries = Arc<Vec<(Memory, Option<i64>)>>;
+
+/// Entries kept parsed across all cached sessions; past it, the cache starts
+/// afresh (at 500 entries a session: 200 sessions).
+const CACHED_ENTRIES: usize = 100_000;
+
+/// Parsed sessions, as the database held them when they were read.
+///
+/// A read that raced a write must not cache what it read: each write bumps
+/// `generation` after its commit, and a read caches its result only if the
+/// generation is still the one it saw before reading.
+#[derive(Default)]
+pub(super) struct SessionCache {
+    generation: u64,
+    sessions: HashMap<SessionKey, Entries>,
+    entries: usize,
+}
+
+impl SessionCache {
+    /// After a commit that changed `tenant`'s working memory: forgets its
+    /// sessions. All of them: a write names the sessions its entries go to,
+    /// not those an entry it replaces came from.
+    fn forget(&mut self, tenant: &str) {
+        self.generation += 1;
+        self.sessions.retain(|(t, _, _), _| t != tenant);
+        self.entries = self.sessions.values().map(|e| e.len()).sum();
+    }
+
+    fn keep(&mut self, generation: u64, key: SessionKey, entries: Entries) {
+        if generation != self.generation || entries.len() > CACHED_ENTRIES {
+            return;
+        }
+        if self.entries + entries.len() > CACHED_ENTRIES {
+            self.sessions.clear();
+            self.entries = 0;
+        }
+        self.entries += entries.len();
+        if let Some(old) = self.sessions.insert(key, entries) {
+            self.entries -= old.len();
+        }
+    }
+}
+
 /// Working memory on the store's database (see `SqliteStore::working_memory`).
 #[derive(Clone)]
 pub struct SqliteWorkingMemory {
@@ -34,6 +88,11 @@ pub struct SqliteWorkingMemory {
 impl SqliteWorkingMemory {
     pub(super) fn new(inner: Arc<Inner>) -> Self {
         Self { inner }
+    }
+
+    fn sessions(&self) -> std::sync::MutexGuard<'_, SessionCache> {
+        // Every change to the cache leaves it consistent, so a poisoned one is usable.
+        self.inner.sessions.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Every live entry of a tenant, in append order (for export).
@@ -117,6 +176,7 @@ impl WorkingMemory for SqliteWorkingMemory {
             .map_err(store_error)?;
         }
         tx.commit().await.map_err(store_error)?;
+        self.sessions().forget(tenant);
         observe("working_append", started);
         Ok(())
     }
@@ -136,6 +196,7 @@ impl WorkingMemory for SqliteWorkingMemory {
                 .map_err(store_error)?;
         }
         tx.commit().await.map_err(store_error)?;
+        self.sessions().forget(tenant);
         Ok(())
     }
 
@@ -154,24 +215,42 @@ impl WorkingMemory for SqliteWorkingMemory {
 
     async fn session(&self, tenant: &str, agent_id: &str, session_id: &str) -> StoreResult<Vec<Memory>> {
         let started = Instant::now();
-        // One row holding the session as a JSON array: the driver hands rows
-        // over one by one between threads, which for a session of 500
-        // entries cost more than reading them. The entries are joined as
-        // the JSON text they were written as (`json_group_array(json(...))`
-        // would parse each again: twice the time).
-        let entries: String = sqlx::query_scalar(
-            "select '[' || coalesce(group_concat(entry, ',' order by seq), '') || ']' from working_memory \
-             where tenant_id = ? and agent_id = ? and session_id = ? and (expires_at is null or expires_at > ?)",
-        )
-        .bind(tenant)
-        .bind(agent_id)
-        .bind(session_id)
-        .bind(micros(Utc::now()))
-        .fetch_one(&self.inner.pool)
-        .await
-        .map_err(store_error)?;
+        let key: SessionKey = (tenant.to_string(), agent_id.to_string(), session_id.to_string());
+        let (cached, generation) = {
+            let cache = self.sessions();
+            (cache.sessions.get(&key).cloned(), cache.generation)
+        };
+        let entries = match cached {
+            Some(entries) => entries,
+            None => {
+                // One row holding the session as a JSON array of [entry,
+                // deadline] pairs: the driver hands rows over one by one
+                // between threads, which for a session of 500 entries cost
+                // more than reading them. The entries are joined as the JSON
+                // text they were written as (`json(...)` would parse each again).
+                let rows: String = sqlx::query_scalar(
+                    "select '[' || coalesce(group_concat('[' || entry || ',' || coalesce(expires_at, 'null') || ']', \
+                         ',' order by seq), '') || ']' from working_memory \
+                     where tenant_id = ? and agent_id = ? and session_id = ? and (expires_at is null or expires_at > ?)",
+                )
+                .bind(tenant)
+                .bind(agent_id)
+                .bind(session_id)
+                .bind(micros(Utc::now()))
+                .fetch_one(&self.inner.pool)
+                .await
+                .map_err(store_error)?;
+                let entries: Entries =
+                    Arc::new(serde_json::from_str(&rows).map_err(|e| StoreError::Internal(e.into()))?);
+                self.sessions().keep(generation, key, entries.clone());
+                entries
+            }
+        };
+        let now = micros(Utc::now());
+        let live = entries.iter().filter(|(_, deadline)| deadline.is_none_or(|d| d > now)).map(|(m, _)| m.clone());
+        let live = live.collect();
         observe("working_session", started);
-        serde_json::from_str(&entries).map_err(|e| StoreError::Internal(e.into()))
+        Ok(live)
     }
 
     async fn replace(&self, tenant: &str, memory: &Memory, now: DateTime<Utc>) -> StoreResult<()> {
@@ -192,6 +271,7 @@ impl WorkingMemory for SqliteWorkingMemory {
         .execute(&self.inner.pool)
         .await
         .map_err(store_error)?;
+        self.sessions().forget(tenant);
         Ok(())
     }
 }
