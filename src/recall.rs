@@ -133,26 +133,49 @@ impl AccessRecorder {
 
 /// The query's words of three letters or more, lower case: working memory,
 /// which has no stored vector, is scored by the share of them a text holds.
-pub struct QueryWords(HashSet<String>);
+pub struct QueryWords(Vec<String>);
 
 impl QueryWords {
     pub fn new(query: &str) -> QueryWords {
-        QueryWords(long_words(query).map(str::to_lowercase).collect())
+        let mut words: Vec<String> = long_words(query).map(str::to_lowercase).collect();
+        words.sort_unstable();
+        words.dedup();
+        QueryWords(words)
     }
 
-    /// Share of the query's words found in `text`.
+    /// Share of the query's words found in `text`. A session's every entry
+    /// is matched on every search: the few query words are compared by
+    /// length and bytes, with no hashing and no copy of an ASCII word.
     pub fn overlap(&self, text: &str) -> f64 {
         if self.0.is_empty() {
             return 0.0;
         }
-        let mut found: HashSet<&str> = HashSet::new();
-        for w in long_words(text) {
-            let hit = if w.chars().any(char::is_uppercase) { self.0.get(&w.to_lowercase()) } else { self.0.get(w) };
-            if let Some(q) = hit {
-                found.insert(q);
+        let mut found = vec![false; self.0.len()];
+        let mut count = 0;
+        for w in text.split(|c: char| !c.is_alphanumeric()) {
+            let hit = if w.is_ascii() {
+                if w.len() < 3 {
+                    continue;
+                }
+                self.0.iter().position(|q| q.len() == w.len() && q.as_bytes().eq_ignore_ascii_case(w.as_bytes()))
+            } else {
+                if w.chars().count() < 3 {
+                    continue;
+                }
+                let lower = w.to_lowercase();
+                self.0.iter().position(|q| *q == lower)
+            };
+            if let Some(i) = hit
+                && !found[i]
+            {
+                found[i] = true;
+                count += 1;
+                if count == found.len() {
+                    break;
+                }
             }
         }
-        found.len() as f64 / self.0.len() as f64
+        count as f64 / self.0.len() as f64
     }
 }
 
@@ -211,13 +234,15 @@ impl MemoryService {
         episodes.into_iter().take(keep.min(MAX_ANCHORS)).map(|(_, id)| id).collect()
     }
 
-    /// The best `keep` candidates, scored, best first, deduplicated.
+    /// The best candidates, scored, best first, deduplicated: at most `keep`
+    /// of the persistent tiers and `total` in all (see `dedup`).
     async fn recall(
         &self,
         tenant: &str,
         p: &SearchParams,
         per_leg: usize,
         keep: usize,
+        total: usize,
     ) -> ServiceResult<(Vec<Scored>, Timings)> {
         let started = Instant::now();
         let now = self.clock.now();
@@ -353,7 +378,7 @@ impl MemoryService {
             scored.retain(|s| s.own >= min);
         }
         scored.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.memory.id.cmp(&b.memory.id)));
-        let scored = self.dedup(scored, keep);
+        let scored = self.dedup(scored, keep, total);
         timings.scoring_ms = t.elapsed().as_secs_f64() * 1e3;
         timings.total_ms = started.elapsed().as_secs_f64() * 1e3;
         Ok((scored, timings))
@@ -363,12 +388,16 @@ impl MemoryService {
     /// normalised text, or vectors at least `dedup_cosine` alike. At most
     /// `keep` memories of the persistent tiers are kept (the comparisons grow
     /// with the square of what is kept); the session's working memory is
-    /// always considered.
-    fn dedup(&self, scored: Vec<Scored>, keep: usize) -> Vec<Scored> {
+    /// always considered. Stops at `total` kept: a search returns only its
+    /// best `top_k`, so the rest of a long session is never compared.
+    fn dedup(&self, scored: Vec<Scored>, keep: usize, total: usize) -> Vec<Scored> {
         let mut seen_text: HashSet<String> = HashSet::new();
         let mut kept: Vec<Scored> = Vec::with_capacity(keep.min(scored.len()));
         let mut persistent = 0;
         for s in scored {
+            if kept.len() == total {
+                break;
+            }
             let is_persistent = s.memory.tier != Tier::Working;
             if is_persistent && persistent == keep {
                 continue;
@@ -396,7 +425,7 @@ impl MemoryService {
 
     pub async fn search(&self, tenant: &str, p: &SearchParams) -> ServiceResult<SearchOutcome> {
         let per_leg = (p.top_k * 2).clamp(40, 400);
-        let (mut scored, timings) = self.recall(tenant, p, per_leg, p.top_k).await?;
+        let (mut scored, timings) = self.recall(tenant, p, per_leg, p.top_k, p.top_k).await?;
         scored.truncate(p.top_k);
         self.record_access(tenant, &scored.iter().map(|s| &s.memory).collect::<Vec<_>>());
         let results = scored
@@ -427,7 +456,7 @@ impl MemoryService {
         }
         let budget = budget as usize;
         let (scored, timings) =
-            self.recall(tenant, &p.search, self.context_candidates, self.context_candidates).await?;
+            self.recall(tenant, &p.search, self.context_candidates, self.context_candidates, usize::MAX).await?;
         let candidates: Vec<Candidate> = scored
             .iter()
             .map(|s| Candidate {
@@ -471,5 +500,9 @@ mod tests {
         assert!((words.overlap("Booked the flight to Lisbon") - 2.0 / 3.0).abs() < 1e-9);
         assert!((words.overlap("LISBON lisbon Lisbon") - 1.0 / 3.0).abs() < 1e-9);
         assert_eq!(QueryWords::new("a an").overlap("anything"), 0.0);
+        // Words outside ASCII match whatever their case; short ones never count.
+        let words = QueryWords::new("Café crème für Ökonomen, ok?");
+        assert!((words.overlap("CAFÉ and ökonomen; OK") - 2.0 / 4.0).abs() < 1e-9);
+        assert!((words.overlap("cafe creme") - 0.0).abs() < 1e-9);
     }
 }
