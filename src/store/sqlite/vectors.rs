@@ -309,7 +309,7 @@ fn prepare(v: &[f32]) -> (Vec<f32>, Vec<i8>, f32) {
 /// The integer dot product of the query's codes with every row of `codes`.
 fn scan(codes: &[i8], query: &[i8], dims: usize, out: &mut [i32]) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
+    if dims.is_multiple_of(16) && std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU was just checked to support AVX2.
         unsafe { scan_avx2(codes, query, dims, out) };
         return;
@@ -317,12 +317,41 @@ fn scan(codes: &[i8], query: &[i8], dims: usize, out: &mut [i32]) {
     scan_portable(codes, query, dims, out);
 }
 
-/// The same loop compiled for AVX2 (picked at run time: release builds
-/// target baseline x86-64, which has only SSE2).
+/// The scan in AVX2 (picked at run time: release builds target baseline
+/// x86-64, which has only SSE2): 16 codes at a time widened to i16 and
+/// multiplied pairwise into i32 lanes (`vpmaddwd`), the query widened once.
+/// What the compiler made of the portable loop multiplied 8 i32 lanes at a
+/// time, about three times the instructions per row.
+///
+/// # Safety
+/// The CPU must support AVX2, and `dims` must be a multiple of 16.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn scan_avx2(codes: &[i8], query: &[i8], dims: usize, out: &mut [i32]) {
-    scan_portable(codes, query, dims, out);
+unsafe fn scan_avx2(codes: &[i8], query: &[i8], dims: usize, out: &mut [i32]) {
+    use std::arch::x86_64::{
+        __m128i, __m256i, _mm_add_epi32, _mm_cvtsi128_si32, _mm_hadd_epi32, _mm_loadu_si128, _mm256_add_epi32,
+        _mm256_castsi256_si128, _mm256_cvtepi8_epi16, _mm256_extracti128_si256, _mm256_madd_epi16,
+        _mm256_setzero_si256,
+    };
+    assert!(dims.is_multiple_of(16) && query.len() == dims);
+    // SAFETY (every load below): each reads 16 bytes at an offset that is a
+    // multiple of 16 below `dims`, inside a slice of exactly `dims` bytes.
+    let q: Vec<__m256i> = query
+        .chunks_exact(16)
+        .map(|c| _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(c.as_ptr().cast::<__m128i>()) }))
+        .collect();
+    for (row, score) in codes.chunks_exact(dims).zip(out.iter_mut()) {
+        let mut acc = _mm256_setzero_si256();
+        for (c, q) in row.chunks_exact(16).zip(&q) {
+            let r = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(c.as_ptr().cast::<__m128i>()) });
+            // Each pair sums to at most 2 x 127 x 127, and a row of 384
+            // codes to about 6.2M: no lane can overflow.
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(r, *q));
+        }
+        let half = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256::<1>(acc));
+        let pairs = _mm_hadd_epi32(half, half);
+        *score = _mm_cvtsi128_si32(_mm_hadd_epi32(pairs, pairs));
+    }
 }
 
 #[inline(always)]
@@ -357,6 +386,30 @@ mod tests {
 
     fn all<'a>(tiers: &'a [Tier], seen: &'a HashSet<Uuid>) -> ScanFilter<'a> {
         ScanFilter { tiers, user_id: None, since: None, until: None, now: 0, seen }
+    }
+
+    #[test]
+    fn the_simd_scan_computes_the_portable_dot_products() {
+        // Codes at the extremes (-127, 127) and a spread in between.
+        let dims = 384;
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            ((state % 255) as i16 - 127) as i8
+        };
+        let mut codes: Vec<i8> = (0..dims * 50).map(|_| next()).collect();
+        codes[..dims].fill(127);
+        codes[dims..2 * dims].fill(-127);
+        let query: Vec<i8> = (0..dims).map(|i| if i % 3 == 0 { 127 } else { next() }).collect();
+        let mut expected = vec![0; 50];
+        scan_portable(&codes, &query, dims, &mut expected);
+        let mut got = vec![0; 50];
+        scan(&codes, &query, dims, &mut got);
+        assert_eq!(got, expected);
+        let direct: i32 = codes[..dims].iter().zip(&query).map(|(a, b)| i32::from(*a) * i32::from(*b)).sum();
+        assert_eq!(got[0], direct);
     }
 
     #[test]
