@@ -566,4 +566,48 @@ async fn search_timing_on_a_data_directory() {
         );
     }
     println!("{report}");
+
+    // The vector index's first pass against exact ranking: each query is a
+    // stored vector, itself left out (as a row already seen).
+    let index = store.inner.vectors.read().unwrap();
+    let tiers = [Tier::Episodic, Tier::Semantic, Tier::Procedural];
+    for want in [40, 200] {
+        let first_pass = super::super::vectors::first_pass(want);
+        for keep in [want * 5, first_pass, first_pass * 2, usize::MAX] {
+            let (mut found, mut total, mut times) = (0usize, 0usize, Vec::new());
+            for (_, e) in &queries {
+                let own =
+                    index.nearest_of(&tenant, &agent, &e.model, &e.vector, &exact_filter(&tiers, now), 1, usize::MAX);
+                let seen: std::collections::HashSet<Uuid> =
+                    own.iter().filter(|h| h.similarity > 0.9999).map(|h| h.id).collect();
+                let filter = super::super::vectors::ScanFilter { seen: &seen, ..exact_filter(&tiers, now) };
+                let started = std::time::Instant::now();
+                let got = index.nearest_of(&tenant, &agent, &e.model, &e.vector, &filter, want, keep);
+                times.push(started.elapsed().as_secs_f64() * 1e3);
+                let exact = index.nearest_of(&tenant, &agent, &e.model, &e.vector, &filter, want, usize::MAX);
+                let got: std::collections::HashSet<Uuid> = got.iter().map(|h| h.id).collect();
+                found += exact.iter().filter(|h| got.contains(&h.id)).count();
+                total += exact.len();
+            }
+            println!(
+                "vector index, {want} per tier, first pass {}: recall@{want} {:.4} against exact, {}",
+                if keep == usize::MAX { "everything".to_string() } else { keep.to_string() },
+                found as f64 / total as f64,
+                percentiles(times)
+            );
+        }
+    }
+}
+
+fn exact_filter<'a>(tiers: &'a [Tier], now: chrono::DateTime<Utc>) -> super::super::vectors::ScanFilter<'a> {
+    static NONE: std::sync::LazyLock<std::collections::HashSet<Uuid>> =
+        std::sync::LazyLock::new(std::collections::HashSet::new);
+    super::super::vectors::ScanFilter {
+        tiers,
+        user_id: None,
+        since: None,
+        until: None,
+        now: now.timestamp_micros(),
+        seen: &NONE,
+    }
 }
