@@ -238,6 +238,8 @@ pub fn pack(
     // Each candidate's whole-line cost, counted once: pass 2 asks again for
     // every candidate pass 1 left out.
     let mut costs: Vec<Option<usize>> = vec![None; candidates.len()];
+    // And the lower bound on it, for candidates not worth counting.
+    let mut least: Vec<Option<usize>> = vec![None; candidates.len()];
 
     let mut try_take = |i: usize, room: usize, taken: &mut Vec<Option<PackedItem>>| -> usize {
         let c = &candidates[i];
@@ -247,10 +249,15 @@ pub fn pack(
         }
         let cost = match costs[i] {
             Some(cost) => cost,
+            // Surely too long: no need to build or count its line (yet).
+            None if least[i].is_some_and(|l| l > room) => usize::MAX,
             None => {
                 let whole = line(c.tier, &c.content);
-                // Surely too long: no need to count it exactly (yet).
-                if tok.at_least(&whole) > room { usize::MAX } else { *costs[i].insert(tok.count(&whole)) }
+                if *least[i].insert(tok.at_least(&whole)) > room {
+                    usize::MAX
+                } else {
+                    *costs[i].insert(tok.count(&whole))
+                }
             }
         };
         if cost <= room {
