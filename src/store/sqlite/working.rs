@@ -39,8 +39,8 @@ type SessionKey = (String, String, String);
 type Entries = Arc<Vec<(Memory, Option<i64>)>>;
 
 /// Entries kept parsed across all cached sessions; past it, the cache starts
-/// afresh (at 500 entries a session: 200 sessions).
-const CACHED_ENTRIES: usize = 100_000;
+/// afresh (at 500 entries a session, 50 sessions: tens of MB of text).
+const CACHED_ENTRIES: usize = 25_000;
 
 /// Parsed sessions, as the database held them when they were read.
 ///
