@@ -331,3 +331,32 @@ impl SkillCache for LocalSkillCache {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(tenant: &str, session: &str) -> SessionKey {
+        (tenant.into(), "a".into(), session.into())
+    }
+
+    #[test]
+    fn a_read_that_raced_a_write_is_not_kept_and_a_write_drops_only_its_tenant() {
+        let mut cache = SessionCache::default();
+        let empty: Entries = Arc::new(Vec::new());
+        // The read saw the cache before a write to working memory committed.
+        let seen = cache.generation;
+        cache.forget("t1");
+        cache.keep(seen, key("t1", "s"), empty.clone());
+        assert!(cache.sessions.is_empty());
+
+        let seen = cache.generation;
+        cache.keep(seen, key("t1", "s"), empty.clone());
+        cache.keep(seen, key("t1", "s2"), empty.clone());
+        cache.keep(seen, key("t2", "s"), empty.clone());
+        assert_eq!(cache.sessions.len(), 3);
+        cache.forget("t1");
+        let left: Vec<&SessionKey> = cache.sessions.keys().collect();
+        assert_eq!(left, vec![&key("t2", "s")]);
+    }
+}
