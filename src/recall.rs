@@ -462,7 +462,7 @@ impl MemoryService {
             .map(|s| Candidate {
                 id: s.memory.id,
                 tier: s.memory.tier,
-                content: s.memory.content.clone(),
+                content: std::borrow::Cow::Borrowed(&s.memory.content),
                 score: s.score,
                 created_at: s.memory.created_at,
             })

@@ -21,6 +21,7 @@
 //!    boundaries between lines), the lowest-scored memory is dropped until it fits.
 //!    `tokens_used` is the count of the rendered block and never exceeds the budget.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 
 use chrono::{DateTime, Utc};
@@ -99,12 +100,13 @@ impl Allocation {
     }
 }
 
-/// A recalled memory offered to the packer.
+/// A recalled memory offered to the packer (its text borrowed: a context
+/// offers hundreds, and packs a few dozen).
 #[derive(Debug, Clone)]
-pub struct Candidate {
+pub struct Candidate<'a> {
     pub id: Uuid,
     pub tier: Tier,
-    pub content: String,
+    pub content: Cow<'a, str>,
     pub score: f64,
     pub created_at: DateTime<Utc>,
 }
@@ -264,7 +266,7 @@ pub fn pack(
             taken[i] = Some(PackedItem {
                 id: c.id,
                 tier: c.tier,
-                text: c.content.clone(),
+                text: c.content.to_string(),
                 score: c.score,
                 tokens: cost,
                 shortened: false,
@@ -348,11 +350,11 @@ mod tests {
         }
     }
 
-    fn cand(n: u128, tier: Tier, content: &str, score: f64) -> Candidate {
+    fn cand(n: u128, tier: Tier, content: &str, score: f64) -> Candidate<'static> {
         Candidate {
             id: Uuid::from_u128(n),
             tier,
-            content: content.into(),
+            content: Cow::Owned(content.to_string()),
             score,
             created_at: DateTime::from_timestamp(1_700_000_000 + n as i64, 0).unwrap(),
         }
