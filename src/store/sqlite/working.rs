@@ -51,7 +51,6 @@ const CACHED_ENTRIES: usize = 25_000;
 pub(super) struct SessionCache {
     generation: u64,
     sessions: HashMap<SessionKey, Entries>,
-    entries: usize,
 }
 
 impl SessionCache {
@@ -61,21 +60,17 @@ impl SessionCache {
     fn forget(&mut self, tenant: &str) {
         self.generation += 1;
         self.sessions.retain(|(t, _, _), _| t != tenant);
-        self.entries = self.sessions.values().map(|e| e.len()).sum();
     }
 
     fn keep(&mut self, generation: u64, key: SessionKey, entries: Entries) {
         if generation != self.generation || entries.len() > CACHED_ENTRIES {
             return;
         }
-        if self.entries + entries.len() > CACHED_ENTRIES {
+        let held: usize = self.sessions.iter().filter(|(k, _)| **k != key).map(|(_, e)| e.len()).sum();
+        if held + entries.len() > CACHED_ENTRIES {
             self.sessions.clear();
-            self.entries = 0;
         }
-        self.entries += entries.len();
-        if let Some(old) = self.sessions.insert(key, entries) {
-            self.entries -= old.len();
-        }
+        self.sessions.insert(key, entries);
     }
 }
 
