@@ -570,13 +570,8 @@ mod tests {
     fn the_simd_code_dots_are_the_portable_ones() {
         // Codes at the extremes (-127, 127) and a spread in between.
         let dims = 384;
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            ((state % 255) as i16 - 127) as i8
-        };
+        let mut bits = xorshift(0x2545_f491_4f6c_dd1d);
+        let mut next = move || ((bits() % 255) as i16 - 127) as i8;
         let mut codes: Vec<i8> = (0..dims * 50).map(|_| next()).collect();
         codes[..dims].fill(127);
         codes[dims..2 * dims].fill(-127);
@@ -634,15 +629,21 @@ mod tests {
         assert!(index.nearest("t", "a", "m1", &[1.0, 0.0, 0.0], &all(&tiers, &none), 10).is_empty());
     }
 
-    fn random_index(n: usize, dims: usize, seed: u64) -> (VectorIndex, Vec<Vec<f32>>, impl FnMut() -> f32) {
-        let mut index = VectorIndex::default();
+    /// A repeatable stream of pseudo-random u64s (xorshift64).
+    fn xorshift(seed: u64) -> impl FnMut() -> u64 {
         let mut state = seed;
-        let mut next = move || {
+        move || {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
-            (state >> 11) as f32 / (1u64 << 53) as f32 - 0.5
-        };
+            state
+        }
+    }
+
+    fn random_index(n: usize, dims: usize, seed: u64) -> (VectorIndex, Vec<Vec<f32>>, impl FnMut() -> f32) {
+        let mut index = VectorIndex::default();
+        let mut bits = xorshift(seed);
+        let mut next = move || (bits() >> 11) as f32 / (1u64 << 53) as f32 - 0.5;
         let vectors: Vec<Vec<f32>> = (0..n).map(|_| (0..dims).map(|_| next()).collect()).collect();
         for (i, v) in vectors.iter().enumerate() {
             index.put("t", "a", "m", v, entry(i as u128, Tier::Episodic));
@@ -716,13 +717,8 @@ mod tests {
     #[ignore = "a timing printout, not a check"]
     fn scan_timing_at_100k_vectors_of_384_dimensions() {
         let (n, dims) = (100_000, 384);
-        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 11) as f32 / (1u64 << 53) as f32 - 0.5
-        };
+        let mut bits = xorshift(0x2545_f491_4f6c_dd1d);
+        let mut next = move || (bits() >> 11) as f32 / (1u64 << 53) as f32 - 0.5;
         let mut index = VectorIndex::default();
         let tiers = [Tier::Episodic, Tier::Semantic, Tier::Procedural];
         for i in 0..n {
