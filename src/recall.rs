@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::domain::content::normalize;
+use crate::domain::content::normalize_into;
 use crate::domain::context::{self, Allocation, Candidate, PackedItem, Tokenizer};
 use crate::domain::scoring::{self, Components, Weights};
 use crate::domain::tokens::{Bpe, Encoding};
@@ -377,8 +377,15 @@ impl MemoryService {
         if let Some(min) = p.min_relevance {
             scored.retain(|s| s.own >= min);
         }
-        scored.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.memory.id.cmp(&b.memory.id)));
-        let scored = self.dedup(scored, keep, total);
+        // Ordered through indexes: a `Scored` is large, and a context sorts
+        // over a thousand of them.
+        let mut order: Vec<usize> = (0..scored.len()).collect();
+        order.sort_unstable_by(|&a, &b| {
+            let (a, b) = (&scored[a], &scored[b]);
+            b.score.total_cmp(&a.score).then(a.memory.id.cmp(&b.memory.id))
+        });
+        let mut slots: Vec<Option<Scored>> = scored.into_iter().map(Some).collect();
+        let scored = self.dedup(order.into_iter().filter_map(|i| slots[i].take()), keep, total);
         timings.scoring_ms = t.elapsed().as_secs_f64() * 1e3;
         timings.total_ms = started.elapsed().as_secs_f64() * 1e3;
         Ok((scored, timings))
@@ -390,9 +397,10 @@ impl MemoryService {
     /// with the square of what is kept); the session's working memory is
     /// always considered. Stops at `total` kept: a search returns only its
     /// best `top_k`, so the rest of a long session is never compared.
-    fn dedup(&self, scored: Vec<Scored>, keep: usize, total: usize) -> Vec<Scored> {
+    fn dedup(&self, scored: impl Iterator<Item = Scored>, keep: usize, total: usize) -> Vec<Scored> {
         let mut seen_text: HashSet<String> = HashSet::new();
-        let mut kept: Vec<Scored> = Vec::with_capacity(keep.min(scored.len()));
+        let mut text = String::new();
+        let mut kept: Vec<Scored> = Vec::with_capacity(keep.min(scored.size_hint().1.unwrap_or(0)));
         let mut persistent = 0;
         for s in scored {
             if kept.len() == total {
@@ -402,9 +410,11 @@ impl MemoryService {
             if is_persistent && persistent == keep {
                 continue;
             }
-            if !seen_text.insert(normalize(&s.memory.content)) {
+            normalize_into(&s.memory.content, &mut text);
+            if seen_text.contains(&text) {
                 continue;
             }
+            seen_text.insert(text.clone());
             let near = s.vector.as_ref().is_some_and(|v| {
                 kept.iter().any(|k| k.vector.as_ref().is_some_and(|kv| cosine(v, kv) >= self.dedup_cosine))
             });
