@@ -29,6 +29,7 @@ use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
+use futures::future::try_join_all;
 use futures::try_join;
 use serde_json::Value;
 use sqlx::{QueryBuilder, Row, Sqlite};
@@ -36,9 +37,10 @@ use uuid::Uuid;
 
 use super::rows::{JSON_ROW, from_json_rows};
 use super::text::query_terms;
-use super::vectors::ScanFilter;
+use super::vectors::{ScanFilter, normalise};
 use super::{SqliteStore, micros, observe, record, store_error};
 use crate::domain::{Memory, Tier};
+use crate::embed::dot;
 use crate::store::{Adjacent, Hit, PendingVector, SearchHits, SearchQuery, StoreError, StoreResult};
 
 /// `metadata.KEY` equals VALUE as JSON values (Postgres's jsonb `=`):
@@ -101,6 +103,10 @@ fn push_filters(qb: &mut QueryBuilder<Sqlite>, tenant: &str, tiers: &[Tier], q: 
     }
 }
 
+/// Rows the vector leg reads in one statement; twice as many or more are
+/// read as two statements at once.
+const SPLIT_ROWS: usize = 64;
+
 /// A row an index proposed: its id, tier and its score there.
 #[derive(Debug, Clone, Copy)]
 struct Proposal {
@@ -152,21 +158,21 @@ async fn off_workers<T: Send + 'static>(
     tokio::task::spawn_blocking(scan).await.map_err(|e| StoreError::Internal(anyhow::Error::new(e).context(what)))
 }
 
-/// Cosine of two vectors of any length (0 when either is zero).
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x) * f64::from(*x)).sum::<f64>().sqrt();
-    let (na, nb) = (norm(a), norm(b));
-    if na == 0.0 || nb == 0.0 {
-        return 0.0;
-    }
-    a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum::<f64>() / (na * nb)
-}
+/// The query vector, normalised once: the index's vectors are unit length,
+/// so a dot product with it is their cosine (as the vector leg computes it).
+struct Unit(Option<Vec<f32>>);
 
-/// A row's cosine to the query vector, given its vector from the index.
-fn similarity(q: &SearchQuery, vector: Option<Vec<f32>>) -> (Option<f64>, Option<Vec<f32>>) {
-    match (&q.vector, vector) {
-        (Some(e), Some(v)) => (Some(cosine(&e.vector, &v)), Some(v)),
-        _ => (None, None),
+impl Unit {
+    fn of(q: &SearchQuery) -> Unit {
+        Unit(q.vector.as_ref().map(|e| normalise(&e.vector)))
+    }
+
+    /// A row's cosine to the query vector, given its vector from the index.
+    fn similarity(&self, vector: Option<Vec<f32>>) -> (Option<f64>, Option<Vec<f32>>) {
+        match (&self.0, vector) {
+            (Some(q), Some(v)) => (Some(f64::from(dot(q, &v))), Some(v)),
+            _ => (None, None),
+        }
     }
 }
 
@@ -212,10 +218,11 @@ impl SqliteStore {
             let started = Instant::now();
             let ids: Vec<Uuid> = found.iter().map(|c| c.memory.id).collect();
             let mut vectors = self.vectors_of(tenant, &q, &ids);
+            let unit = Unit::of(&q);
             let hits: Vec<Hit> = found
                 .into_iter()
                 .map(|c| {
-                    let (similarity, vector) = similarity(&q, vectors.remove(&c.memory.id));
+                    let (similarity, vector) = unit.similarity(vectors.remove(&c.memory.id));
                     Hit { memory: c.memory, similarity, text_rank: Some(c.score), vector }
                 })
                 .collect();
@@ -363,10 +370,15 @@ impl SqliteStore {
         model: Option<&str>,
         now: DateTime<Utc>,
     ) -> StoreResult<HashMap<Uuid, Memory>> {
-        let mut out = HashMap::new();
         let ids: Vec<Uuid> = proposed.iter().filter(|p| tiers.contains(&p.tier)).map(|p| p.id).collect();
-        // SQLite allows 32766 bound parameters per statement; stay well below.
-        for chunk in ids.chunks(2_000) {
+        // The vector leg (the one given a model) runs once the query is
+        // embedded, which leaves a core idle: enough rows are read as two
+        // statements at once, on two pooled connections. The full-text leg
+        // reads beside the embedding and keeps to one. At most 2,000 ids
+        // per statement (SQLite allows 32,766 parameters).
+        let split = model.is_some() && ids.len() >= 2 * SPLIT_ROWS;
+        let per_statement = if split { ids.len().div_ceil(2) } else { ids.len() }.min(2_000);
+        let reads = ids.chunks(per_statement.max(1)).map(|chunk| async move {
             let mut qb: QueryBuilder<Sqlite> =
                 // The ids are the selective part; without statistics the
                 // planner could prefer the (tenant, agent, created_at) index
@@ -385,7 +397,11 @@ impl SqliteStore {
             }
             qb.push(")");
             let rows: String = qb.build_query_scalar().fetch_one(&self.inner.pool).await.map_err(store_error)?;
-            out.extend(from_json_rows(&rows)?.into_iter().map(|(_, m)| (m.id, m)));
+            from_json_rows(&rows)
+        });
+        let mut out = HashMap::with_capacity(ids.len());
+        for rows in try_join_all(reads).await? {
+            out.extend(rows.into_iter().map(|(_, m)| (m.id, m)));
         }
         Ok(out)
     }
@@ -396,7 +412,7 @@ impl SqliteStore {
     fn vectors_of(&self, tenant: &str, q: &SearchQuery, ids: &[Uuid]) -> HashMap<Uuid, Vec<f32>> {
         let Some(e) = &q.vector else { return HashMap::new() };
         let index = self.inner.vectors.read().unwrap_or_else(|poisoned| poisoned.into_inner());
-        index.normalised(tenant, &e.model, e.vector.len(), ids)
+        index.normalised(tenant, &q.agent_id, &e.model, e.vector.len(), ids)
     }
 
     /// The rows of the given `seq`s as hits (no text rank yet), with their
@@ -413,10 +429,11 @@ impl SqliteStore {
         let rows = from_json_rows(&rows)?;
         let ids: Vec<Uuid> = rows.iter().map(|(_, m)| m.id).collect();
         let mut vectors = self.vectors_of(tenant, q, &ids);
+        let unit = Unit::of(q);
         Ok(rows
             .into_iter()
             .map(|(seq, memory)| {
-                let (similarity, vector) = similarity(q, vectors.remove(&memory.id));
+                let (similarity, vector) = unit.similarity(vectors.remove(&memory.id));
                 (seq, Hit { memory, similarity, text_rank: None, vector })
             })
             .collect())

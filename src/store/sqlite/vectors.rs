@@ -267,40 +267,30 @@ impl VectorIndex {
         if want == 0 {
             return Vec::new();
         }
-        let (dims, w) = (key.dims, words(key.dims));
+        let dims = key.dims;
         let q = normalise(query);
         let q_bits = signs(&q);
         let keep = keep.max(want);
 
-        // Per tier, the rows with the fewest signs unlike the query's, kept
-        // in a buffer of at most 2 x `keep` that is cut back to the best
-        // `keep` when full: no allocation grows with the group.
-        let mut kept: Vec<Kept> = filter.tiers.iter().map(|_| Kept::new(keep)).collect();
-        // The kept buffer of each tier, by tier.
-        let mut of_tier = [None; Tier::ALL.len()];
-        for (k, tier) in filter.tiers.iter().enumerate() {
-            of_tier[*tier as usize].get_or_insert(k);
-        }
-        // Rows farther than every tier's bound are passed over unread.
-        let mut bound = u32::MAX;
-        let mut distances = [0u32; BLOCK];
-        for start in (0..group.entries.len()).step_by(BLOCK) {
-            let end = (start + BLOCK).min(group.entries.len());
-            let d = &mut distances[..end - start];
-            hamming(&group.bits[start * w..end * w], &q_bits, d);
-            for (i, &distance) in (start..end).zip(d.iter()) {
-                if distance > bound {
-                    continue;
+        // Per tier, the rows with the fewest signs unlike the query's. A
+        // large group is scanned as two halves on two threads (a search
+        // gets here once its query is embedded, with a core to spare), each
+        // keeping its own best; the best of both are the best of all.
+        let rows = group.entries.len();
+        let kept = if rows >= PARALLEL_ROWS {
+            let middle = rows / 2;
+            std::thread::scope(|scope| {
+                let other = scope.spawn(|| first_pass_of(group, middle..rows, &q_bits, filter, keep));
+                let mut kept = first_pass_of(group, 0..middle, &q_bits, filter, keep);
+                let theirs = other.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                for (mine, theirs) in kept.iter_mut().zip(theirs) {
+                    mine.rows.extend(theirs.rows);
                 }
-                if let Some(t) = of_tier[group.tiers[i] as usize]
-                    && distance <= kept[t].bound
-                    && filter.admits(&group.entries[i])
-                    && kept[t].push(distance, i as u32)
-                {
-                    bound = kept.iter().map(|k| k.bound).max().unwrap_or(u32::MAX);
-                }
-            }
-        }
+                kept
+            })
+        } else {
+            first_pass_of(group, 0..rows, &q_bits, filter, keep)
+        };
         // Then the kept rows by their i8 codes (a quarter of the f32s'
         // bytes, read row by row from all over the group), and a wide
         // margin of the best of those exactly: quantisation error is a few
@@ -332,23 +322,25 @@ impl VectorIndex {
         out
     }
 
-    /// The normalised vectors of the given memories that have one of
-    /// `model` with `dims` dimensions (unit length: a dot product is their
-    /// cosine).
-    pub fn normalised(&self, tenant: &str, model: &str, dims: usize, ids: &[Uuid]) -> HashMap<Uuid, Vec<f32>> {
-        let mut out = HashMap::with_capacity(ids.len());
-        for id in ids {
-            let Some(key) = self.locations.get(&(tenant.to_string(), *id)) else { continue };
-            if key.model != model || key.dims != dims {
-                continue;
-            }
-            if let Some(group) = self.groups.get(key)
-                && let Some(&slot) = group.slots.get(id)
-            {
-                out.insert(*id, group.vectors[slot * dims..(slot + 1) * dims].to_vec());
-            }
-        }
-        out
+    /// The normalised vectors of the given memories of `agent` that have
+    /// one of `model` with `dims` dimensions (unit length: a dot product is
+    /// their cosine).
+    pub fn normalised(
+        &self,
+        tenant: &str,
+        agent: &str,
+        model: &str,
+        dims: usize,
+        ids: &[Uuid],
+    ) -> HashMap<Uuid, Vec<f32>> {
+        let key = GroupKey { tenant: tenant.into(), agent: agent.into(), model: model.into(), dims };
+        let Some(group) = self.groups.get(&key) else { return HashMap::new() };
+        ids.iter()
+            .filter_map(|id| {
+                let slot = *group.slots.get(id)?;
+                Some((*id, group.vectors[slot * dims..(slot + 1) * dims].to_vec()))
+            })
+            .collect()
     }
 
     /// How many vectors one group holds (tests and benchmarks).
@@ -356,6 +348,48 @@ impl VectorIndex {
         let key = GroupKey { tenant: tenant.into(), agent: agent.into(), model: model.into(), dims };
         self.groups.get(&key).map_or(0, |g| g.entries.len())
     }
+}
+
+/// The first pass over the rows `range` of `group`: per tier of the filter,
+/// in its order, the `keep` admitted rows whose signs disagree with
+/// `q_bits` the least (ties: the lower row). The buffer of each tier holds at
+/// most 2 x `keep` and is cut back to the best `keep` when full, so no
+/// allocation grows with the group.
+fn first_pass_of(
+    group: &Group,
+    range: std::ops::Range<usize>,
+    q_bits: &[u64],
+    filter: &ScanFilter<'_>,
+    keep: usize,
+) -> Vec<Kept> {
+    let w = q_bits.len();
+    let mut kept: Vec<Kept> = filter.tiers.iter().map(|_| Kept::new(keep)).collect();
+    // The kept buffer of each tier, by tier.
+    let mut of_tier = [None; Tier::ALL.len()];
+    for (k, tier) in filter.tiers.iter().enumerate() {
+        of_tier[*tier as usize].get_or_insert(k);
+    }
+    // Rows farther than every tier's bound are passed over unread.
+    let mut bound = u32::MAX;
+    let mut distances = [0u32; BLOCK];
+    for start in range.clone().step_by(BLOCK) {
+        let end = (start + BLOCK).min(range.end);
+        let d = &mut distances[..end - start];
+        hamming(&group.bits[start * w..end * w], q_bits, d);
+        for (i, &distance) in (start..end).zip(d.iter()) {
+            if distance > bound {
+                continue;
+            }
+            if let Some(t) = of_tier[group.tiers[i] as usize]
+                && distance <= kept[t].bound
+                && filter.admits(&group.entries[i])
+                && kept[t].push(distance, i as u32)
+            {
+                bound = kept.iter().map(|k| k.bound).max().unwrap_or(u32::MAX);
+            }
+        }
+    }
+    kept
 }
 
 /// Rows of the first pass per tier for a search that wants `want`: ten
@@ -367,6 +401,10 @@ pub(super) fn first_pass(want: usize) -> usize {
 const FIRST_PASS_FACTOR: usize = 10;
 /// A tier with at most this many admitted rows is ranked exactly.
 pub const FIRST_PASS_MIN: usize = 1_000;
+
+/// Groups of at least this many rows have their first pass split between
+/// two threads.
+const PARALLEL_ROWS: usize = 16_384;
 
 /// Rows whose sign bits are compared in one go.
 const BLOCK: usize = 1_024;
@@ -415,7 +453,7 @@ fn words(dims: usize) -> usize {
 
 /// The L2-normalised copy of a vector. A zero vector stays zero (its cosine
 /// to anything is 0).
-fn normalise(v: &[f32]) -> Vec<f32> {
+pub(super) fn normalise(v: &[f32]) -> Vec<f32> {
     let norm = v.iter().map(|x| f64::from(*x) * f64::from(*x)).sum::<f64>().sqrt();
     if norm > 0.0 { v.iter().map(|x| (f64::from(*x) / norm) as f32).collect() } else { vec![0.0; v.len()] }
 }
@@ -694,6 +732,41 @@ mod tests {
         }
         let recall = found as f64 / total as f64;
         assert!(recall >= 0.9, "recall@10 {recall}");
+    }
+
+    #[test]
+    fn a_first_pass_in_two_halves_keeps_the_rows_of_one_pass() {
+        // Two tiers and few distinct distances (16 dimensions): many ties at
+        // each tier's bound, which the halves must cut as one pass would.
+        let mut index = VectorIndex::default();
+        let mut bits = xorshift(0x9e37_79b9_7f4a_7c15);
+        for i in 0..PARALLEL_ROWS as u128 + 5_000 {
+            let v: Vec<f32> = (0..16).map(|_| (bits() >> 11) as f32 / (1u64 << 53) as f32 - 0.5).collect();
+            let tier = if i % 3 == 0 { Tier::Semantic } else { Tier::Episodic };
+            index.put("t", "a", "m", &v, entry(i, tier));
+        }
+        let group = index.groups.values().next().unwrap();
+        let rows = group.entries.len();
+        let tiers = [Tier::Semantic, Tier::Episodic];
+        let none = HashSet::new();
+        let filter = all(&tiers, &none);
+        for _ in 0..5 {
+            let query: Vec<f32> = (0..16).map(|_| (bits() >> 11) as f32 / (1u64 << 53) as f32 - 0.5).collect();
+            let q_bits = signs(&normalise(&query));
+            let sorted = |kept: Kept| {
+                let mut rows: Vec<usize> = kept.rows().collect();
+                rows.sort_unstable();
+                rows
+            };
+            let whole = first_pass_of(group, 0..rows, &q_bits, &filter, 300);
+            let mut halves = first_pass_of(group, 0..rows / 2, &q_bits, &filter, 300);
+            for (mine, theirs) in halves.iter_mut().zip(first_pass_of(group, rows / 2..rows, &q_bits, &filter, 300)) {
+                mine.rows.extend(theirs.rows);
+            }
+            for (whole, halves) in whole.into_iter().zip(halves) {
+                assert_eq!(sorted(whole), sorted(halves));
+            }
+        }
     }
 
     #[cfg(target_arch = "x86_64")]

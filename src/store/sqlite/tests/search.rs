@@ -514,7 +514,7 @@ async fn search_timing_on_a_data_directory() {
         .into_iter()
         .filter_map(|(id, text, model)| {
             let index = store.inner.vectors.read().unwrap();
-            let vector = index.normalised(&tenant, &model, 384, &[id]).remove(&id)?;
+            let vector = index.normalised(&tenant, &agent, &model, 384, &[id]).remove(&id)?;
             Some((text, Embedding { model, vector }))
         })
         .collect();
