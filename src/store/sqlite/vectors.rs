@@ -278,16 +278,7 @@ impl VectorIndex {
         // keeping its own best; the best of both are the best of all.
         let rows = group.entries.len();
         let kept = if rows >= PARALLEL_ROWS {
-            let middle = rows / 2;
-            std::thread::scope(|scope| {
-                let other = scope.spawn(|| first_pass_of(group, middle..rows, &q_bits, filter, keep));
-                let mut kept = first_pass_of(group, 0..middle, &q_bits, filter, keep);
-                let theirs = other.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                for (mine, theirs) in kept.iter_mut().zip(theirs) {
-                    mine.rows.extend(theirs.rows);
-                }
-                kept
-            })
+            first_pass_in_halves(group, &q_bits, filter, keep)
         } else {
             first_pass_of(group, 0..rows, &q_bits, filter, keep)
         };
@@ -348,6 +339,22 @@ impl VectorIndex {
         let key = GroupKey { tenant: tenant.into(), agent: agent.into(), model: model.into(), dims };
         self.groups.get(&key).map_or(0, |g| g.entries.len())
     }
+}
+
+/// [`first_pass_of`] the whole group, its two halves on two threads: each
+/// keeps its own best rows per tier, and the best of both are the best of
+/// all (`Kept::rows` cuts the union by distance and row).
+fn first_pass_in_halves(group: &Group, q_bits: &[u64], filter: &ScanFilter<'_>, keep: usize) -> Vec<Kept> {
+    let (rows, middle) = (group.entries.len(), group.entries.len() / 2);
+    std::thread::scope(|scope| {
+        let other = scope.spawn(|| first_pass_of(group, middle..rows, q_bits, filter, keep));
+        let mut kept = first_pass_of(group, 0..middle, q_bits, filter, keep);
+        let theirs = other.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        for (mine, theirs) in kept.iter_mut().zip(theirs) {
+            mine.rows.extend(theirs.rows);
+        }
+        kept
+    })
 }
 
 /// The first pass over the rows `range` of `group`: per tier of the filter,
@@ -759,10 +766,8 @@ mod tests {
                 rows
             };
             let whole = first_pass_of(group, 0..rows, &q_bits, &filter, 300);
-            let mut halves = first_pass_of(group, 0..rows / 2, &q_bits, &filter, 300);
-            for (mine, theirs) in halves.iter_mut().zip(first_pass_of(group, rows / 2..rows, &q_bits, &filter, 300)) {
-                mine.rows.extend(theirs.rows);
-            }
+            let halves = first_pass_in_halves(group, &q_bits, &filter, 300);
+            assert_eq!(halves.len(), tiers.len());
             for (whole, halves) in whole.into_iter().zip(halves) {
                 assert_eq!(sorted(whole), sorted(halves));
             }
