@@ -411,10 +411,9 @@ impl MemoryService {
                 continue;
             }
             normalize_into(&s.memory.content, &mut text);
-            if seen_text.contains(&text) {
+            if !seen_text.insert(text.clone()) {
                 continue;
             }
-            seen_text.insert(text.clone());
             let near = s.vector.as_ref().is_some_and(|v| {
                 kept.iter().any(|k| k.vector.as_ref().is_some_and(|kv| cosine(v, kv) >= self.dedup_cosine))
             });
