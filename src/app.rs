@@ -130,6 +130,9 @@ pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::
         relative_relevance: config.search.relative_relevance,
         context_candidates: config.search.context_candidates,
         access: Some(access),
+        cardinality: crate::domain::facts::Cardinality::new(
+            config.facts.multi_valued_predicates.iter().map(String::as_str),
+        ),
     };
     let state = AppState {
         service: Arc::new(service),

@@ -28,6 +28,7 @@ pub struct Config {
     pub auth: AuthConfig,
     pub embedding: EmbeddingConfig,
     pub idempotency: IdempotencyConfig,
+    pub facts: FactsConfig,
     pub search: SearchConfig,
     /// Per-agent settings: `[agents.<agent_id>]`.
     pub agents: std::collections::BTreeMap<String, AgentConfig>,
@@ -270,6 +271,43 @@ pub struct IdempotencyConfig {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
+pub struct FactsConfig {
+    /// Predicates that hold several values at once: for these the object is
+    /// part of a fact's slot, so "likes tea" and "likes jazz" never contradict.
+    pub multi_valued_predicates: Vec<String>,
+}
+
+impl Default for FactsConfig {
+    fn default() -> Self {
+        Self {
+            multi_valued_predicates: [
+                "likes",
+                "dislikes",
+                "loves",
+                "enjoys",
+                "has",
+                "owns",
+                "has_pet",
+                "has_child",
+                "knows",
+                "speaks",
+                "uses",
+                "plays",
+                "visited",
+                "member_of",
+                "friend_of",
+                "interested_in",
+                "allergic_to",
+                "works_with",
+            ]
+            .map(String::from)
+            .to_vec(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct LogConfig {
     /// `text` or `json`.
     pub format: String,
@@ -377,8 +415,19 @@ impl Default for LogConfig {
 #[error("invalid configuration: {0}")]
 pub struct ConfigError(String);
 
-const SECTIONS: &[&str] =
-    &["server", "embedded", "database", "redis", "auth", "embedding", "idempotency", "search", "agents", "log"];
+const SECTIONS: &[&str] = &[
+    "server",
+    "embedded",
+    "database",
+    "redis",
+    "auth",
+    "embedding",
+    "idempotency",
+    "facts",
+    "search",
+    "agents",
+    "log",
+];
 
 /// The bundled model's directory under the data directory, when
 /// `embedding.local.model_dir` is not set.

@@ -11,9 +11,7 @@ use uuid::Uuid;
 
 use crate::clock::Clock;
 use crate::domain::classify::Classifier;
-use crate::domain::content::content_hash;
 use crate::domain::draft::Draft;
-use crate::domain::memory::merge_metadata;
 use crate::domain::validate::FieldError;
 use crate::domain::{Memory, MemoryPatch, NewMemory, Retention, Tier, WrittenMemory};
 use crate::embed::{EmbedError, Embedder};
@@ -69,6 +67,8 @@ pub struct MemoryService {
     pub context_candidates: usize,
     /// Counts accesses off the request path; None counts nothing.
     pub access: Option<crate::recall::AccessRecorder>,
+    /// Which fact predicates hold several values (`facts.multi_valued_predicates`).
+    pub cardinality: crate::domain::facts::Cardinality,
 }
 
 /// The body of a write response, in request order.
@@ -136,10 +136,12 @@ impl MemoryService {
         let prepared: Vec<PreparedMemory> = persistent_idx
             .iter()
             .zip(embeddings)
-            .map(|(&i, embedding)| PreparedMemory {
-                content_hash: content_hash(&memories[i].content),
-                memory: memories[i].clone(),
-                embedding,
+            .map(|(&i, embedding)| {
+                let m = &memories[i];
+                PreparedMemory {
+                    multi_valued: m.predicate.as_deref().is_some_and(|p| self.cardinality.is_multi_valued(p)),
+                    ..PreparedMemory::new(m.clone(), embedding)
+                }
             })
             .collect();
         let working: Vec<Memory> = working_idx.iter().map(|&i| working_memory(&memories[i], now)).collect();
@@ -256,7 +258,7 @@ impl MemoryService {
                         FieldError::new("/retention", "working memory must expire; use long_term at most").into()
                     );
                 }
-                apply_patch(&mut m, &patch, now);
+                patch.apply(&mut m, now);
                 self.working.replace(tenant, &m, now).await?;
                 return Ok(m);
             }
@@ -348,6 +350,8 @@ fn working_memory(m: &NewMemory, now: DateTime<Utc>) -> Memory {
         valid_until: None,
         supersedes: None,
         source_episode_id: None,
+        source: None,
+        contested_by: None,
         skill_name: None,
         trigger_pattern: None,
         policy: None,
@@ -358,21 +362,4 @@ fn working_memory(m: &NewMemory, now: DateTime<Utc>) -> Memory {
         avg_reward: None,
         version: None,
     }
-}
-
-fn apply_patch(m: &mut Memory, patch: &MemoryPatch, now: DateTime<Utc>) {
-    if let Some(c) = &patch.content {
-        m.content = c.clone();
-    }
-    if let Some(i) = patch.importance {
-        m.importance = i;
-    }
-    if let Some(md) = &patch.metadata {
-        merge_metadata(&mut m.metadata, md);
-    }
-    if let Some(r) = patch.retention {
-        m.retention = r;
-        m.expires_at = r.expires_at(m.created_at);
-    }
-    m.updated_at = now;
 }

@@ -219,6 +219,14 @@ pub struct Memory {
     pub supersedes: Option<Uuid>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_episode_id: Option<Uuid>,
+    /// Where the fact came from (set by engram, not the writer): it decides
+    /// contradictions before confidence does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<super::facts::Source>,
+    /// Set on a candidate: a fact that lost its slot to this current fact.
+    /// Candidates are listed with `include_superseded` and in history, never recalled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contested_by: Option<Uuid>,
 
     // Procedural.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -312,6 +320,27 @@ pub struct MemoryPatch {
     /// A JSON merge patch (RFC 7396) applied to the stored metadata.
     pub metadata: Option<Map<String, Value>>,
     pub retention: Option<Retention>,
+}
+
+impl MemoryPatch {
+    /// Applies the patch to a memory at `now`. A new retention counts from
+    /// the memory's ingestion, not from the patch.
+    pub fn apply(&self, m: &mut Memory, now: DateTime<Utc>) {
+        if let Some(c) = &self.content {
+            m.content = c.clone();
+        }
+        if let Some(i) = self.importance {
+            m.importance = i;
+        }
+        if let Some(md) = &self.metadata {
+            merge_metadata(&mut m.metadata, md);
+        }
+        if let Some(r) = self.retention {
+            m.retention = r;
+            m.expires_at = r.expires_at(m.created_at);
+        }
+        m.updated_at = now;
+    }
 }
 
 /// Applies an RFC 7396 merge patch to a metadata object: keys set to null are

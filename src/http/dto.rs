@@ -39,8 +39,11 @@ pub struct CreateMemoryRequest {
     pub metadata: Option<Map<String, Value>>,
     /// When it happened (RFC 3339); default now. Recency decays from here.
     pub occurred_at: Option<DateTime<Utc>>,
-    /// Semantic: a fact with subject and predicate supersedes the valid fact
-    /// on the same pair whose confidence is not higher.
+    /// Semantic: a fact with subject and predicate contends for that slot: it
+    /// supersedes the current fact unless that one comes from a more trusted
+    /// source or is more confident, in which case it is kept as a candidate
+    /// (`contested_by`), never recalled. For multi-valued predicates
+    /// (`facts.multi_valued_predicates`) the object is part of the slot.
     pub subject: Option<String>,
     pub predicate: Option<String>,
     pub object: Option<String>,

@@ -7,6 +7,7 @@
 pub mod postgres;
 pub mod redis;
 pub mod sqlite;
+pub mod write;
 
 use std::collections::HashSet;
 
@@ -41,6 +42,11 @@ pub(crate) fn corrupt(what: &str, value: &str) -> StoreError {
     StoreError::Internal(anyhow::anyhow!("stored {what} {value:?} is not one engram knows"))
 }
 
+/// A fact's stored source, parsed the same way by every backend.
+pub(crate) fn parse_source(s: &str) -> StoreResult<crate::domain::facts::Source> {
+    crate::domain::facts::Source::parse(s).ok_or_else(|| corrupt("source", s))
+}
+
 /// The kinds a stored row names as text, parsed the same way by every backend.
 pub(crate) struct RowKinds {
     pub tier: Tier,
@@ -66,7 +72,8 @@ impl RowKinds {
     }
 }
 
-/// A write ready for storage: validated, classified, hashed and embedded.
+/// A write ready for storage: validated, classified, hashed and embedded,
+/// with what the server decided about it.
 #[derive(Debug, Clone)]
 pub struct PreparedMemory {
     pub memory: NewMemory,
@@ -74,6 +81,29 @@ pub struct PreparedMemory {
     pub content_hash: String,
     /// The vector and the id of the model that made it.
     pub embedding: Option<Embedding>,
+    /// How long the memory lives from its ingestion (the retention policy's
+    /// duration for its retention); `None` is forever.
+    pub lifetime: Option<chrono::Duration>,
+    /// Semantic: where the fact came from (the route and key that wrote it).
+    pub source: crate::domain::facts::Source,
+    /// Semantic: the predicate holds several values, so the object is part
+    /// of the fact's slot (`domain::facts`).
+    pub multi_valued: bool,
+}
+
+impl PreparedMemory {
+    /// A memory written by an agent through the memory routes, living as
+    /// long as its retention's built-in duration, single-valued.
+    pub fn new(memory: NewMemory, embedding: Option<Embedding>) -> PreparedMemory {
+        PreparedMemory {
+            content_hash: crate::domain::content::content_hash(&memory.content),
+            lifetime: memory.retention.duration(),
+            memory,
+            embedding,
+            source: crate::domain::facts::Source::Agent,
+            multi_valued: false,
+        }
+    }
 }
 
 /// A persistent memory as stored, with what `Memory` leaves out: the content
@@ -237,11 +267,14 @@ pub trait MemoryStore: Send + Sync {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<StoredResponse>>;
 
+    /// Opens a write transaction (`write::WriteTx`): the primitives every
+    /// write path is built from.
+    async fn begin(&self) -> StoreResult<Box<dyn write::WriteTx>>;
+
     /// Writes the memories in one transaction (all or nothing), with their
-    /// dedup, supersede and upsert rules, and remembers the response under
-    /// the idempotency key in the same transaction. `working` counts the
-    /// working memories already written elsewhere (they are in the response
-    /// rendered by `render`).
+    /// dedup, contradiction and upsert rules (`write::write_batch`), and
+    /// remembers the response under the idempotency key in the same
+    /// transaction.
     async fn write(
         &self,
         tenant: &str,
@@ -249,7 +282,9 @@ pub trait MemoryStore: Send + Sync {
         idempotency: Option<&IdempotencyKey>,
         render: RenderResponse<'_>,
         now: DateTime<Utc>,
-    ) -> StoreResult<WriteOutcome>;
+    ) -> StoreResult<WriteOutcome> {
+        write::write_batch(self.begin().await?, tenant, items, idempotency, render, now).await
+    }
 
     /// A live (not expired) memory by id.
     async fn get(&self, tenant: &str, id: Uuid, now: DateTime<Utc>) -> StoreResult<Memory>;
@@ -265,12 +300,17 @@ pub trait MemoryStore: Send + Sync {
         patch: &MemoryPatch,
         embedding: Option<&Embedding>,
         now: DateTime<Utc>,
-    ) -> StoreResult<Memory>;
+    ) -> StoreResult<Memory> {
+        write::update(self.begin().await?, tenant, id, patch, embedding, now).await
+    }
 
     /// Deletes a memory for good; returns its tier.
-    async fn delete(&self, tenant: &str, id: Uuid) -> StoreResult<Tier>;
+    async fn delete(&self, tenant: &str, id: Uuid) -> StoreResult<Tier> {
+        write::delete(self.begin().await?, tenant, id).await
+    }
 
-    /// A fact's supersede chain, oldest first.
+    /// A fact's history, oldest first: the chain of facts it superseded and
+    /// that superseded it, and the candidates that contested any of them.
     async fn history(&self, tenant: &str, id: Uuid, now: DateTime<Utc>) -> StoreResult<Vec<Memory>>;
 
     /// Candidates for a query from the vector and full-text legs, run

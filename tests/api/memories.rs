@@ -101,38 +101,85 @@ async fn an_identical_fact_is_deduplicated_per_namespace() {
 }
 
 #[tokio::test]
-async fn a_newer_fact_supersedes_and_history_shows_the_chain() {
+async fn a_weaker_contradicting_fact_is_kept_as_a_candidate_and_a_stronger_one_supersedes() {
     let app = spawn_app().await;
     let fact = |content: &str, confidence: f64| {
         json!({"agent_id": "a", "user_id": "u", "content": content, "subject": "User", "predicate": "favourite colour",
-               "confidence": confidence})
+               "object": content.rsplit(' ').next().unwrap(), "confidence": confidence})
     };
     let blue = app.write_one(fact("User's favourite colour is blue", 0.8)).await;
-    // Lower confidence: does not retire the current fact.
+    assert_eq!(blue["source"], "agent");
+    // Newer but less confident: kept as a candidate, never valid, the current fact untouched.
     let red = app.write_one(fact("User's favourite colour is red", 0.5)).await;
     assert_eq!(red["supersedes"], Value::Null);
+    assert_eq!(red["contested_by"], blue["id"]);
+    assert_eq!(red["valid_until"], red["valid_from"], "{red}");
     let (_, blue_now) = app.get_json(&format!("/v1/memories/{}", blue["id"].as_str().unwrap())).await;
     assert_eq!(blue_now["valid_until"], Value::Null);
-    // Equal or higher confidence: supersedes the highest-confidence... every valid fact with confidence ≤ 0.9.
+    // Said again with the same weight: the same candidate.
+    let red_again = app.write(json!({"memories": [fact("User's favourite colour is red", 0.5)]})).await;
+    assert_eq!(red_again[0]["id"], red["id"]);
+    assert_eq!(red_again[0]["deduplicated"], true);
+    // Never recalled.
+    let found: Value = app
+        .post("/v1/memories/search", &json!({"agent_id": "a", "user_id": "u", "query": "favourite colour red"}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let recalled: Vec<&Value> = found["results"].as_array().unwrap().iter().map(|r| &r["memory"]["id"]).collect();
+    assert!(!recalled.contains(&&red["id"]), "{found}");
+
+    // More confident: takes the slot and supersedes the current fact.
     let green = app.write_one(fact("User's favourite colour is green", 0.9)).await;
-    assert!(green["supersedes"] == blue["id"] || green["supersedes"] == red["id"]);
+    assert_eq!(green["supersedes"], blue["id"]);
+    assert_eq!(green["contested_by"], Value::Null);
     let (_, blue_after) = app.get_json(&format!("/v1/memories/{}", blue["id"].as_str().unwrap())).await;
     assert!(blue_after["valid_until"].is_string(), "{blue_after}");
 
-    let (status, history) = app.get_json(&format!("/v1/memories/{}/history", green["id"].as_str().unwrap())).await;
-    assert_eq!(status, StatusCode::OK);
-    let chain: Vec<&str> =
-        history["memories"].as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap()).collect();
-    assert_eq!(chain.last(), Some(&"User's favourite colour is green"));
-    assert_eq!(chain.len(), 2, "{chain:?}");
+    // History: the chain oldest first, each fact followed by its candidates;
+    // a candidate's history is that of the fact it contests.
+    for id in [&green["id"], &red["id"]] {
+        let (status, history) = app.get_json(&format!("/v1/memories/{}/history", id.as_str().unwrap())).await;
+        assert_eq!(status, StatusCode::OK);
+        let chain: Vec<&str> =
+            history["memories"].as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap()).collect();
+        assert_eq!(
+            chain,
+            ["User's favourite colour is blue", "User's favourite colour is red", "User's favourite colour is green"]
+        );
+    }
 
-    // Listing hides superseded facts unless asked.
+    // Listing hides superseded facts and candidates unless asked.
     let (_, listed) = app.get_json("/v1/memories?agent_id=a&tier=semantic").await;
     let contents: Vec<&str> =
         listed["memories"].as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap()).collect();
     assert_eq!(contents, ["User's favourite colour is green"]);
     let (_, all) = app.get_json("/v1/memories?agent_id=a&tier=semantic&include_superseded=true").await;
     assert_eq!(all["memories"].as_array().unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn a_multi_valued_predicate_keeps_one_current_fact_per_object() {
+    let app = spawn_app().await;
+    let fact = |content: &str, predicate: &str, object: &str| json!({"agent_id": "a", "content": content, "subject": "Alice", "predicate": predicate, "object": object});
+    let tea = app.write_one(fact("Alice likes tea.", "likes", "tea")).await;
+    let jazz = app.write_one(fact("Alice likes jazz.", "Likes", "jazz")).await;
+    assert_eq!(jazz["supersedes"], Value::Null);
+    assert_eq!(jazz["contested_by"], Value::Null);
+    // The same object said again in other words replaces only its own fact.
+    let tea_again = app.write_one(fact("Alice really likes tea.", "likes", "tea")).await;
+    assert_eq!(tea_again["supersedes"], tea["id"]);
+    // A single-valued predicate: one current fact, whatever the object.
+    app.write_one(fact("Alice lives in Oslo.", "lives_in", "Oslo")).await;
+    let rome = app.write_one(fact("Alice lives in Rome.", "lives_in", "Rome")).await;
+    assert!(rome["supersedes"].is_string());
+
+    let (_, listed) = app.get_json("/v1/memories?agent_id=a&tier=semantic").await;
+    let mut contents: Vec<&str> =
+        listed["memories"].as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap()).collect();
+    contents.sort();
+    assert_eq!(contents, ["Alice likes jazz.", "Alice lives in Rome.", "Alice really likes tea."]);
 }
 
 #[tokio::test]
@@ -402,4 +449,28 @@ async fn the_classifier_picks_tier_and_importance_when_absent() {
     assert!((chat["importance"].as_f64().unwrap() - 0.5).abs() < 1e-6);
     let given = app.write_one(json!({"agent_id": "c", "content": "ok", "tier": "episodic", "importance": 0.05})).await;
     assert!((given["importance"].as_f64().unwrap() - 0.05).abs() < 1e-6);
+}
+
+#[tokio::test]
+async fn concurrent_contradicting_facts_leave_one_current_fact_per_slot() {
+    let app = std::sync::Arc::new(spawn_app().await);
+    let mut writers = Vec::new();
+    for i in 0..12 {
+        let app = app.clone();
+        writers.push(tokio::spawn(async move {
+            let body = json!({"agent_id": "a", "content": format!("Bob's desk is number {i}"), "subject": "Bob",
+                              "predicate": "desk", "object": i.to_string(), "confidence": 0.5 + f64::from(i % 4) / 10.0});
+            app.write_one(body).await
+        }));
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    let (_, listed) = app.get_json("/v1/memories?agent_id=a&tier=semantic").await;
+    let current = listed["memories"].as_array().unwrap();
+    assert_eq!(current.len(), 1, "{listed}");
+    // The winner is one of the most confident (0.8).
+    assert_eq!(current[0]["confidence"].as_f64().map(|c| (c * 10.0).round()), Some(8.0), "{listed}");
+    let (_, all) = app.get_json("/v1/memories?agent_id=a&tier=semantic&include_superseded=true&limit=50").await;
+    assert_eq!(all["memories"].as_array().unwrap().len(), 12);
 }

@@ -1,13 +1,15 @@
 //! The Postgres backend of the persistent tiers: connection pool, migrations,
 //! episodic partitions and per-model vector indexes. The `MemoryStore`
-//! implementation itself is in `memories.rs`; export and import of a tenant's
-//! rows in `transfer.rs`.
+//! implementation itself is in `memories.rs`, the write primitives
+//! (`WriteTx`) in `write.rs`; export and import of a tenant's rows in
+//! `transfer.rs`.
 
 mod memories;
 mod reembed;
 mod rows;
 mod search;
 mod transfer;
+mod write;
 
 use std::time::{Duration, Instant};
 

@@ -18,7 +18,7 @@ pub const NAMES: &str = "tier, id, agent_id, user_id, session_id, content, impor
     occurred_at, created_at, updated_at, expires_at, access_count, last_accessed_at, embedding_model, event_type, \
     outcome, namespace, subject, predicate, object, confidence, valid_from, valid_until, supersedes, \
     source_episode_id, skill_name, trigger_pattern, policy, tool_sequence, success_count, failure_count, \
-    success_rate, avg_reward, version";
+    success_rate, avg_reward, version, source, contested_by";
 
 pub fn episodic_columns() -> String {
     format!(
@@ -27,7 +27,7 @@ pub fn episodic_columns() -> String {
          NULL::timestamptz AS valid_until, NULL::uuid AS supersedes, NULL::uuid AS source_episode_id, \
          NULL::text AS skill_name, NULL::text AS trigger_pattern, NULL::jsonb AS policy, NULL::jsonb AS tool_sequence, \
          NULL::integer AS success_count, NULL::integer AS failure_count, NULL::real AS success_rate, \
-         NULL::real AS avg_reward, NULL::integer AS version"
+         NULL::real AS avg_reward, NULL::integer AS version, NULL::text AS source, NULL::uuid AS contested_by"
     )
 }
 
@@ -37,7 +37,7 @@ pub fn semantic_columns() -> String {
          predicate, object, confidence, valid_from, valid_until, supersedes, source_episode_id, \
          NULL::text AS skill_name, NULL::text AS trigger_pattern, NULL::jsonb AS policy, NULL::jsonb AS tool_sequence, \
          NULL::integer AS success_count, NULL::integer AS failure_count, NULL::real AS success_rate, \
-         NULL::real AS avg_reward, NULL::integer AS version"
+         NULL::real AS avg_reward, NULL::integer AS version, source, contested_by"
     )
 }
 
@@ -47,7 +47,7 @@ pub fn procedural_columns() -> String {
          NULL::text AS subject, NULL::text AS predicate, NULL::text AS object, NULL::real AS confidence, \
          NULL::timestamptz AS valid_from, NULL::timestamptz AS valid_until, NULL::uuid AS supersedes, \
          NULL::uuid AS source_episode_id, skill_name, trigger_pattern, policy, tool_sequence, success_count, \
-         failure_count, success_rate, avg_reward, version"
+         failure_count, success_rate, avg_reward, version, NULL::text AS source, NULL::uuid AS contested_by"
     )
 }
 
@@ -108,6 +108,8 @@ pub struct MemoryRow {
     success_rate: Option<f32>,
     avg_reward: Option<f32>,
     version: Option<i32>,
+    source: Option<String>,
+    contested_by: Option<Uuid>,
 }
 
 impl TryFrom<MemoryRow> for Memory {
@@ -154,6 +156,8 @@ impl TryFrom<MemoryRow> for Memory {
             success_rate: r.success_rate,
             avg_reward: r.avg_reward,
             version: r.version,
+            source: r.source.as_deref().map(crate::store::parse_source).transpose()?,
+            contested_by: r.contested_by,
         })
     }
 }

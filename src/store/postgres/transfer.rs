@@ -140,12 +140,13 @@ fn conflict_context(e: sqlx::Error, r: &StoredMemory) -> anyhow::Error {
 }
 
 /// The INSERT of one row, every stored column given (generated ones aside).
-fn insert(tenant: &str, r: &StoredMemory) -> anyhow::Result<QueryBuilder<Postgres>> {
+pub(super) fn insert(tenant: &str, r: &StoredMemory) -> anyhow::Result<QueryBuilder<Postgres>> {
     let m = &r.memory;
     let extra = match m.tier {
         Tier::Episodic => "event_type, outcome",
         Tier::Semantic => {
-            "namespace, subject, predicate, object, confidence, source_episode_id, supersedes, valid_from, valid_until"
+            "namespace, subject, predicate, object, confidence, source_episode_id, supersedes, valid_from, valid_until, \
+             source, contested_by"
         }
         Tier::Procedural => {
             "skill_name, trigger_pattern, policy, tool_sequence, success_count, failure_count, reward_count, \
@@ -193,6 +194,8 @@ fn insert(tenant: &str, r: &StoredMemory) -> anyhow::Result<QueryBuilder<Postgre
             v.push_bind(m.supersedes);
             v.push_bind(m.valid_from.unwrap_or(m.occurred_at));
             v.push_bind(m.valid_until);
+            v.push_bind(m.source.unwrap_or(crate::domain::facts::Source::Agent).as_str());
+            v.push_bind(m.contested_by);
         }
         Tier::Procedural => {
             v.push_bind(&m.skill_name);

@@ -1,8 +1,8 @@
-//! `MemoryStore` on SQLite: writes (one transaction per request, the
-//! per-tier rules in `write.rs`), reads, listing, patches, deletes and fact
-//! history. The rules are the Postgres backend's
-//! (`store/postgres/memories.rs`); where that one leans on row locks, this
-//! one leans on the write gate, which runs one write transaction at a time.
+//! `MemoryStore` on SQLite: reads, listing and fact history, and the
+//! in-process index changes every write applies after its commit. Writes,
+//! patches and deletes go through `store::write` on the primitives of
+//! `write.rs`; where Postgres leans on row and advisory locks, this backend
+//! leans on the write gate, which runs one write transaction at a time.
 
 use std::time::Instant;
 
@@ -11,15 +11,14 @@ use chrono::{DateTime, Utc};
 use sqlx::{QueryBuilder, Sqlite};
 use uuid::Uuid;
 
-use super::rows::{self, COLUMNS, MemoryRow, to_json_text};
+use super::rows::{COLUMNS, MemoryRow};
 use super::vectors::Entry;
-use super::write::{IndexOp, claim_key, insert_episodic, insert_semantic, upsert_procedural, vector_of};
+use super::write::IndexOp;
 use super::{SqliteStore, micros, observe, store_error};
-use crate::domain::memory::merge_metadata;
-use crate::domain::{Memory, MemoryPatch, Tier, WrittenMemory};
+use crate::domain::{Memory, Tier};
+use crate::store::write::WriteTx;
 use crate::store::{
-    Adjacent, Embedding, IdempotencyKey, ListFilter, MemoryStore, PendingVector, PreparedMemory, RenderResponse,
-    SearchHits, SearchQuery, StoreError, StoreResult, StoredResponse, WriteOutcome,
+    Adjacent, ListFilter, MemoryStore, PendingVector, SearchHits, SearchQuery, StoreError, StoreResult, StoredResponse,
 };
 
 /// `(expires_at is null or expires_at > ?)` for the row alias `m`.
@@ -155,61 +154,8 @@ impl MemoryStore for SqliteStore {
         .transpose()
     }
 
-    async fn write(
-        &self,
-        tenant: &str,
-        items: &[PreparedMemory],
-        idempotency: Option<&IdempotencyKey>,
-        render: RenderResponse<'_>,
-        now: DateTime<Utc>,
-    ) -> StoreResult<WriteOutcome> {
-        let started = Instant::now();
-        if items.iter().any(|p| p.memory.tier == Tier::Working) {
-            return Err(StoreError::Internal(anyhow::anyhow!("working memory sent to the persistent store")));
-        }
-        let _gate = self.inner.write_gate.lock().await;
-        let mut tx = self.inner.pool.begin().await.map_err(store_error)?;
-        if let Some(key) = idempotency
-            && let Some(previous) = claim_key(&mut tx, tenant, key, now, self.inner.idempotency_ttl).await?
-        {
-            tx.rollback().await.map_err(store_error)?;
-            return Ok(WriteOutcome::Replayed(previous));
-        }
-        let mut written = Vec::with_capacity(items.len());
-        let mut ops = Vec::new();
-        for p in items {
-            let w = match p.memory.tier {
-                Tier::Episodic => {
-                    let memory = insert_episodic(&mut tx, tenant, p, now).await?;
-                    ops.push(IndexOp::written(&memory, p.embedding.as_ref()));
-                    WrittenMemory { memory, deduplicated: false }
-                }
-                Tier::Semantic => insert_semantic(&mut tx, tenant, p, now, &mut ops).await?,
-                Tier::Procedural => {
-                    let memory = upsert_procedural(&mut tx, tenant, p, now).await?;
-                    ops.push(IndexOp::written(&memory, p.embedding.as_ref()));
-                    WrittenMemory { memory, deduplicated: false }
-                }
-                Tier::Working => unreachable!("rejected above"),
-            };
-            written.push(w);
-        }
-        if let Some(key) = idempotency {
-            sqlx::query(
-                "update idempotency_keys set status = 201, response = ?, updated_at = ? where tenant_id = ? and key = ?",
-            )
-            .bind(to_json_text(&render(&written))?)
-            .bind(micros(now))
-            .bind(tenant)
-            .bind(&key.key)
-            .execute(&mut *tx)
-            .await
-            .map_err(store_error)?;
-        }
-        tx.commit().await.map_err(store_error)?;
-        self.apply(tenant, ops);
-        observe("write", started);
-        Ok(WriteOutcome::Written(written))
+    async fn begin(&self) -> StoreResult<Box<dyn WriteTx>> {
+        Ok(Box::new(self.begin_write().await?))
     }
 
     async fn get(&self, tenant: &str, id: Uuid, now: DateTime<Utc>) -> StoreResult<Memory> {
@@ -234,81 +180,17 @@ impl MemoryStore for SqliteStore {
         rows.into_iter().map(Memory::try_from).collect()
     }
 
-    async fn update(
-        &self,
-        tenant: &str,
-        id: Uuid,
-        patch: &MemoryPatch,
-        embedding: Option<&Embedding>,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Memory> {
-        let started = Instant::now();
-        let _gate = self.inner.write_gate.lock().await;
-        // Read under the gate: no other write can slip between this read and
-        // the update, which is what Postgres's FOR UPDATE buys.
-        let current = self.find(tenant, id, now).await?.ok_or(StoreError::NotFound)?;
-        let mut metadata = current.metadata.clone();
-        if let Some(p) = &patch.metadata {
-            merge_metadata(&mut metadata, p);
-        }
-        let mut tx = self.inner.pool.begin().await.map_err(store_error)?;
-        let mut qb = QueryBuilder::new("update memories set updated_at = ");
-        qb.push_bind(micros(now));
-        qb.push(", metadata = ").push_bind(to_json_text(&metadata)?);
-        if let Some(importance) = patch.importance {
-            qb.push(", importance = ").push_bind(importance);
-        }
-        if let Some(retention) = patch.retention {
-            qb.push(", retention = ").push_bind(retention.as_str());
-            qb.push(", expires_at = ").push_bind(retention.expires_at(current.created_at).map(micros));
-        }
-        if let Some(content) = &patch.content {
-            let (vector, model) = vector_of(embedding);
-            qb.push(", content = ").push_bind(content.clone());
-            qb.push(", content_hash = ").push_bind(crate::domain::content::content_hash(content));
-            qb.push(", embedding = ").push_bind(vector);
-            qb.push(", embedding_model = ").push_bind(model);
-        }
-        qb.push(" where tenant_id = ").push_bind(tenant.to_string());
-        qb.push(" and id = ").push_bind(id);
-        qb.push(format!(" returning {}", rows::returning()));
-        let row: MemoryRow = qb.build_query_as().fetch_one(&mut *tx).await.map_err(store_error)?;
-        tx.commit().await.map_err(store_error)?;
-        let memory: Memory = row.try_into()?;
-        let op = match &patch.content {
-            Some(_) => IndexOp::written(&memory, embedding),
-            None => IndexOp::Refresh(memory.clone()),
-        };
-        self.apply(tenant, vec![op]);
-        observe("update", started);
-        Ok(memory)
-    }
-
-    async fn delete(&self, tenant: &str, id: Uuid) -> StoreResult<Tier> {
-        let started = Instant::now();
-        let _gate = self.inner.write_gate.lock().await;
-        let tier: Option<String> =
-            sqlx::query_scalar("delete from memories where tenant_id = ? and id = ? returning tier")
-                .bind(tenant)
-                .bind(id)
-                .fetch_optional(&self.inner.pool)
-                .await
-                .map_err(store_error)?;
-        if tier.is_some() {
-            self.apply(tenant, vec![IndexOp::Remove(id)]);
-        }
-        observe("delete", started);
-        tier.as_deref().and_then(Tier::parse).ok_or(StoreError::NotFound)
-    }
-
     async fn history(&self, tenant: &str, id: Uuid, now: DateTime<Utc>) -> StoreResult<Vec<Memory>> {
         let current = match self.find(tenant, id, now).await? {
             Some(m) if m.tier == Tier::Semantic => m,
             Some(m) => return Ok(vec![m]),
             None => return Err(StoreError::NotFound),
         };
-        // Walk back through `supersedes` and forward through the rows that
-        // supersede this one; depth orders the chain oldest first.
+        // A candidate's history is that of the fact it contests. Walk back
+        // through `supersedes` and forward through the rows that supersede
+        // this one; depth orders the chain oldest first, and each fact's
+        // candidates follow it.
+        let anchor = current.contested_by.unwrap_or(current.id);
         let rows: Vec<MemoryRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "with recursive back(id, supersedes, depth) as ( \
                  select id, supersedes, 0 from memories where tenant_id = ?1 and id = ?2 \
@@ -318,12 +200,15 @@ impl MemoryStore for SqliteStore {
                  select id, 0 from memories where tenant_id = ?1 and id = ?2 \
                  union all select s.id, f.depth + 1 from memories s join fwd f \
                      on s.supersedes = f.id where s.tenant_id = ?1 and s.tier = 'semantic' and f.depth < 10000), \
-             chain(id, depth) as (select id, depth from back union select id, depth from fwd) \
-             select {COLUMNS} from memories m join chain c on c.id = m.id \
-             where m.tenant_id = ?1 and (m.expires_at is null or m.expires_at > ?3) order by c.depth"
+             chain(id, depth) as (select id, depth from back union select id, depth from fwd), \
+             everything(id, depth) as (select id, depth from chain union select s.id, c.depth from memories s \
+                 join chain c on s.contested_by = c.id where s.tenant_id = ?1 and s.tier = 'semantic') \
+             select {COLUMNS} from memories m join everything c on c.id = m.id \
+             where m.tenant_id = ?1 and (m.expires_at is null or m.expires_at > ?3) \
+             order by c.depth, m.created_at, m.id"
         )))
         .bind(tenant)
-        .bind(current.id)
+        .bind(anchor)
         .bind(micros(now))
         .fetch_all(&self.inner.pool)
         .await

@@ -2,7 +2,8 @@
 //! disk instead of Postgres and Redis.
 //!
 //! - `memories.rs`: `MemoryStore` (transactions, reads, listing, patches, history).
-//! - `write.rs`: the per-tier write rules (dedup, supersede, upsert, idempotency key).
+//! - `write.rs`: the write primitives (`WriteTx`) the shared write path in
+//!   `store::write` is built from, and the commit that updates the indexes.
 //! - `search.rs`: the two recall legs (the full-text and the vector index).
 //! - `text.rs`: the in-process full-text index (bm25), rebuilt from the database at open.
 //! - `vectors.rs`: the in-process vector index, rebuilt the same way.
@@ -89,7 +90,7 @@ struct Inner {
     pool: SqlitePool,
     /// Held by every write transaction from BEGIN until its index changes
     /// are applied.
-    write_gate: tokio::sync::Mutex<()>,
+    write_gate: Arc<tokio::sync::Mutex<()>>,
     /// Vectors of every memory that has one; read by searches, changed by
     /// writers after their commit (under `write_gate`).
     vectors: RwLock<VectorIndex>,
@@ -154,7 +155,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 pool,
-                write_gate: tokio::sync::Mutex::new(()),
+                write_gate: Arc::new(tokio::sync::Mutex::new(())),
                 vectors: RwLock::new(vectors),
                 text: RwLock::new(text),
                 sessions: Default::default(),

@@ -21,7 +21,8 @@ pub const COLUMNS: &str = "m.seq, m.id, m.tier, m.agent_id, m.user_id, m.session
     m.last_accessed_at, m.embedding_model, m.event_type, m.outcome, m.namespace, m.subject, m.predicate, m.object, \
     cast(m.confidence as real) as confidence, m.source_episode_id, m.supersedes, m.valid_from, m.valid_until, m.skill_name, m.trigger_pattern, \
     m.policy, m.tool_sequence, m.success_count, m.failure_count, \
-    cast(m.success_rate as real) as success_rate, cast(m.avg_reward as real) as avg_reward, m.version";
+    cast(m.success_rate as real) as success_rate, cast(m.avg_reward as real) as avg_reward, m.version, m.source, \
+    m.contested_by";
 
 /// The same columns as one JSON object, for statements that hand many rows
 /// back as one (`json_group_array`): the driver passes rows over one at a
@@ -40,7 +41,8 @@ pub const JSON_ROW: &str = "json_object('seq', m.seq, 'id', hex(m.id), 'tier', m
     'valid_until', m.valid_until, 'skill_name', m.skill_name, 'trigger_pattern', m.trigger_pattern, \
     'policy', m.policy, 'tool_sequence', m.tool_sequence, 'success_count', m.success_count, \
     'failure_count', m.failure_count, 'success_rate', cast(m.success_rate as real), \
-    'avg_reward', cast(m.avg_reward as real), 'version', m.version)";
+    'avg_reward', cast(m.avg_reward as real), 'version', m.version, 'source', m.source, \
+    'contested_by', iif(m.contested_by is null, null, hex(m.contested_by)))";
 
 /// Rows read as one `json_group_array` of `JSON_ROW`s, with their `seq`.
 pub fn from_json_rows(json: &str) -> Result<Vec<(i64, Memory)>, StoreError> {
@@ -95,6 +97,8 @@ pub struct MemoryRow {
     success_rate: Option<f32>,
     avg_reward: Option<f32>,
     version: Option<i32>,
+    source: Option<String>,
+    contested_by: Option<Uuid>,
 }
 
 fn json(what: &str, text: &str) -> Result<Value, StoreError> {
@@ -153,6 +157,8 @@ impl TryFrom<MemoryRow> for Memory {
             success_rate: r.success_rate,
             avg_reward: r.avg_reward,
             version: r.version,
+            source: r.source.as_deref().map(crate::store::parse_source).transpose()?,
+            contested_by: r.contested_by,
         })
     }
 }

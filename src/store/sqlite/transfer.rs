@@ -97,7 +97,7 @@ impl SqliteStore {
 }
 
 /// The INSERT of one row, every stored column given (generated ones aside).
-fn insert(tenant: &str, r: &StoredMemory) -> anyhow::Result<QueryBuilder<Sqlite>> {
+pub(super) fn insert(tenant: &str, r: &StoredMemory) -> anyhow::Result<QueryBuilder<Sqlite>> {
     let m = &r.memory;
     anyhow::ensure!(m.tier != Tier::Working, "memory {}: working memory is not a row of `memories`", m.id);
     let mut qb = QueryBuilder::new(
@@ -105,7 +105,8 @@ fn insert(tenant: &str, r: &StoredMemory) -> anyhow::Result<QueryBuilder<Sqlite>
              retention, private, metadata, occurred_at, created_at, updated_at, expires_at, access_count, \
              last_accessed_at, embedding, embedding_model, event_type, outcome, namespace, subject, predicate, object, \
              confidence, source_episode_id, supersedes, valid_from, valid_until, skill_name, trigger_pattern, policy, \
-             tool_sequence, success_count, failure_count, reward_count, avg_reward, version) values (",
+             tool_sequence, success_count, failure_count, reward_count, avg_reward, version, source, contested_by) \
+             values (",
     );
     let semantic = m.tier == Tier::Semantic;
     let procedural = m.tier == Tier::Procedural;
@@ -155,6 +156,8 @@ fn insert(tenant: &str, r: &StoredMemory) -> anyhow::Result<QueryBuilder<Sqlite>
     v.push_bind(procedural.then(|| r.reward_count.unwrap_or(0)));
     v.push_bind(procedural.then(|| m.avg_reward.unwrap_or(0.0)));
     v.push_bind(procedural.then(|| m.version.unwrap_or(1)));
+    v.push_bind(semantic.then(|| m.source.unwrap_or(crate::domain::facts::Source::Agent).as_str()));
+    v.push_bind(m.contested_by.filter(|_| semantic));
     v.push_unseparated(")");
     Ok(qb)
 }

@@ -1,19 +1,26 @@
-//! The write path of the SQLite store, one function per tier and the
-//! idempotency key, each running inside the caller's transaction: the
-//! rules of `store/postgres/memories.rs` (dedup, supersede, procedural
-//! upsert, key claim). Every function also records what the vector index
-//! must do once the transaction commits (`IndexOp`) to the in-process
-//! indexes.
+//! `WriteTx` on SQLite: the primitives of `store::write`, each one statement
+//! in a transaction that holds the write gate from BEGIN until its changes
+//! reached the in-process indexes. Every primitive records what the vector
+//! and text indexes must do once the transaction commits (`IndexOp`).
+//!
+//! The commit and the index changes after it run in a task of their own, so
+//! a request dropped mid-commit (a timeout, a client that went away) cannot
+//! leave a committed row that searches never find.
 
+use std::time::Instant;
+
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use serde_json::{Map, Value};
-use sqlx::SqliteConnection;
+use serde_json::Value;
+use sqlx::{QueryBuilder, Sqlite, Transaction};
 use uuid::Uuid;
 
 use super::rows::{self, COLUMNS, MemoryRow, encode_vector, to_json_text};
-use super::{micros, store_error};
-use crate::domain::{Memory, Outcome, WrittenMemory};
-use crate::store::{Embedding, IdempotencyKey, PreparedMemory, StoreError, StoreResult, StoredResponse};
+use super::{SqliteStore, micros, observe, store_error, transfer};
+use crate::domain::rows::SkillState;
+use crate::domain::{Memory, Tier};
+use crate::store::write::{Slot, VectorChange, WriteTx};
+use crate::store::{Embedding, IdempotencyKey, StoreError, StoreResult, StoredMemory, StoredResponse};
 
 /// A change to the in-process indexes (vectors and full text), applied once
 /// its transaction committed.
@@ -29,319 +36,268 @@ pub(super) enum IndexOp {
     Remove(Uuid),
 }
 
-impl IndexOp {
-    /// What a freshly written row means for the indexes.
-    pub(super) fn written(memory: &Memory, embedding: Option<&Embedding>) -> IndexOp {
-        IndexOp::Put(memory.clone(), embedding.cloned())
+pub(super) struct SqliteTx {
+    store: SqliteStore,
+    /// Held until the index changes are applied (dropped with the task).
+    gate: tokio::sync::OwnedMutexGuard<()>,
+    tx: Transaction<'static, Sqlite>,
+    /// The tenant the index changes belong to (one per transaction).
+    tenant: Option<String>,
+    ops: Vec<IndexOp>,
+    started: Instant,
+}
+
+impl SqliteStore {
+    pub(super) async fn begin_write(&self) -> StoreResult<SqliteTx> {
+        let started = Instant::now();
+        let gate = self.inner.write_gate.clone().lock_owned().await;
+        let tx = self.inner.pool.begin().await.map_err(store_error)?;
+        Ok(SqliteTx { store: self.clone(), gate, tx, tenant: None, ops: Vec::new(), started })
     }
 }
 
-pub(super) fn vector_of(e: Option<&Embedding>) -> (Option<Vec<u8>>, Option<String>) {
-    match e {
-        Some(e) => (Some(encode_vector(&e.vector)), Some(e.model.clone())),
-        None => (None, None),
-    }
-}
-
-/// Takes the key unless a fresh one exists; returns the fresh one's response.
-pub(super) async fn claim_key(
-    conn: &mut SqliteConnection,
-    tenant: &str,
-    key: &IdempotencyKey,
-    now: DateTime<Utc>,
-    ttl: chrono::Duration,
-) -> StoreResult<Option<StoredResponse>> {
-    let claimed: Option<i64> = sqlx::query_scalar(
-        "insert into idempotency_keys (tenant_id, key, request_hash, status, response, created_at, updated_at) \
-         values (?1, ?2, ?3, 0, 'null', ?4, ?4) \
-         on conflict (tenant_id, key) do update set request_hash = excluded.request_hash, status = 0, \
-             response = 'null', created_at = excluded.created_at, updated_at = excluded.updated_at \
-         where idempotency_keys.created_at <= ?5 \
-         returning 1",
-    )
-    .bind(tenant)
-    .bind(&key.key)
-    .bind(&key.request_hash)
-    .bind(micros(now))
-    .bind(micros(now - ttl))
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(store_error)?;
-    if claimed.is_some() {
-        return Ok(None);
-    }
-    let (request_hash, status, body): (String, i64, String) =
-        sqlx::query_as("select request_hash, status, response from idempotency_keys where tenant_id = ? and key = ?")
-            .bind(tenant)
-            .bind(&key.key)
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(store_error)?;
-    let body = serde_json::from_str(&body).map_err(|e| StoreError::Internal(e.into()))?;
-    Ok(Some(StoredResponse { request_hash, status: status as u16, body }))
-}
-
-pub(super) async fn insert_episodic(
-    conn: &mut SqliteConnection,
-    tenant: &str,
-    p: &PreparedMemory,
-    now: DateTime<Utc>,
-) -> StoreResult<Memory> {
-    let m = &p.memory;
-    let (vector, model) = vector_of(p.embedding.as_ref());
-    let row: MemoryRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "insert into memories (id, tenant_id, tier, agent_id, user_id, session_id, event_type, content, content_hash, \
-             outcome, importance, embedding, embedding_model, retention, private, metadata, occurred_at, created_at, \
-             updated_at, expires_at) \
-         values (?1, ?2, 'episodic', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?17, ?18) \
-         returning {}",
-        rows::returning()
-    )))
-    .bind(m.id)
-    .bind(tenant)
-    .bind(&m.agent_id)
-    .bind(&m.user_id)
-    .bind(&m.session_id)
-    .bind(m.event_type.map_or("conversation", |e| e.as_str()))
-    .bind(&m.content)
-    .bind(&p.content_hash)
-    .bind(m.outcome.map(|o| o.as_str()))
-    .bind(m.importance)
-    .bind(vector)
-    .bind(model)
-    .bind(m.retention.as_str())
-    .bind(m.private)
-    .bind(to_json_text(&m.metadata)?)
-    .bind(micros(m.occurred_at.unwrap_or(now)))
-    .bind(micros(now))
-    .bind(m.retention.expires_at(now).map(micros))
-    .fetch_one(&mut *conn)
-    .await
-    .map_err(store_error)?;
-    row.try_into()
-}
-
-/// Inserts a fact, unless an identical valid one exists (returned with
-/// `deduplicated`). A fact with subject and predicate retires the valid
-/// facts about the same pair whose confidence is not higher.
-pub(super) async fn insert_semantic(
-    conn: &mut SqliteConnection,
-    tenant: &str,
-    p: &PreparedMemory,
-    now: DateTime<Utc>,
-    ops: &mut Vec<IndexOp>,
-) -> StoreResult<WrittenMemory> {
-    let m = &p.memory;
-    let namespace = m.namespace();
-    let existing: Option<MemoryRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "select {COLUMNS} from memories m where m.tenant_id = ? and m.tier = 'semantic' and m.agent_id = ? \
-         and m.namespace = ? and m.content_hash = ? and m.valid_until is null"
-    )))
-    .bind(tenant)
-    .bind(&m.agent_id)
-    .bind(&namespace)
-    .bind(&p.content_hash)
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(store_error)?;
-    if let Some(row) = existing {
-        let memory: Memory = row.try_into()?;
-        if !memory.is_expired(now) {
-            return Ok(WrittenMemory { memory, deduplicated: true });
+impl SqliteTx {
+    fn record(&mut self, tenant: &str, op: IndexOp) {
+        if self.tenant.is_none() {
+            self.tenant = Some(tenant.to_string());
         }
-        // Forgotten but not yet swept: it must not swallow the new fact.
-        sqlx::query("delete from memories where tenant_id = ? and id = ?")
-            .bind(tenant)
-            .bind(memory.id)
-            .execute(&mut *conn)
-            .await
-            .map_err(store_error)?;
-        ops.push(IndexOp::Remove(memory.id));
+        debug_assert_eq!(self.tenant.as_deref(), Some(tenant), "one tenant per write transaction");
+        self.ops.push(op);
     }
 
-    let mut supersedes = None;
-    if let (Some(subject), Some(predicate)) = (&m.subject, &m.predicate) {
-        let retired: Vec<(Uuid, i64)> = sqlx::query_as(
-            "update memories set valid_until = ?7, updated_at = ?7 \
-             where tenant_id = ?1 and tier = 'semantic' and agent_id = ?2 and namespace = ?3 and subject = ?4 \
-             and predicate = ?5 and valid_until is null and confidence <= ?6 returning id, created_at",
+    async fn fetch_rows(&mut self, mut qb: QueryBuilder<Sqlite>) -> StoreResult<Vec<Memory>> {
+        let rows: Vec<MemoryRow> = qb.build_query_as().fetch_all(&mut *self.tx).await.map_err(store_error)?;
+        rows.into_iter().map(Memory::try_from).collect()
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct CountedRow {
+    #[sqlx(flatten)]
+    row: MemoryRow,
+    counted: i32,
+}
+
+#[async_trait]
+impl WriteTx for SqliteTx {
+    /// The write gate already runs one write transaction at a time.
+    async fn lock(&mut self, _keys: &[String]) -> StoreResult<()> {
+        Ok(())
+    }
+
+    async fn claim_key(
+        &mut self,
+        tenant: &str,
+        key: &IdempotencyKey,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<StoredResponse>> {
+        let ttl = self.store.inner.idempotency_ttl;
+        let claimed: Option<i64> = sqlx::query_scalar(
+            "insert into idempotency_keys (tenant_id, key, request_hash, status, response, created_at, updated_at) \
+             values (?1, ?2, ?3, 0, 'null', ?4, ?4) \
+             on conflict (tenant_id, key) do update set request_hash = excluded.request_hash, status = 0, \
+                 response = 'null', created_at = excluded.created_at, updated_at = excluded.updated_at \
+             where idempotency_keys.created_at <= ?5 \
+             returning 1",
         )
         .bind(tenant)
-        .bind(&m.agent_id)
-        .bind(&namespace)
-        .bind(subject)
-        .bind(predicate)
-        .bind(m.confidence.unwrap_or(0.7))
+        .bind(&key.key)
+        .bind(&key.request_hash)
         .bind(micros(now))
-        .fetch_all(&mut *conn)
+        .bind(micros(now - ttl))
+        .fetch_optional(&mut *self.tx)
         .await
         .map_err(store_error)?;
-        ops.extend(retired.iter().map(|(id, _)| IndexOp::Retire(*id)));
-        // The newest of them when several were valid; ties broken by id so
-        // the choice does not depend on the order rows came back in.
-        supersedes = retired.into_iter().max_by_key(|(id, created)| (*created, *id)).map(|(id, _)| id);
+        if claimed.is_some() {
+            return Ok(None);
+        }
+        let (request_hash, status, body): (String, i64, String) = sqlx::query_as(
+            "select request_hash, status, response from idempotency_keys where tenant_id = ? and key = ?",
+        )
+        .bind(tenant)
+        .bind(&key.key)
+        .fetch_one(&mut *self.tx)
+        .await
+        .map_err(store_error)?;
+        let body = serde_json::from_str(&body).map_err(|e| StoreError::Internal(e.into()))?;
+        Ok(Some(StoredResponse { request_hash, status: status as u16, body }))
     }
 
-    let (vector, model) = vector_of(p.embedding.as_ref());
-    let row: MemoryRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "insert into memories (id, tenant_id, tier, agent_id, user_id, session_id, namespace, content, content_hash, \
-             subject, predicate, object, confidence, source_episode_id, supersedes, valid_from, importance, embedding, \
-             embedding_model, retention, private, metadata, occurred_at, created_at, updated_at, expires_at) \
-         values (?1, ?2, 'semantic', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, \
-             ?20, ?21, ?15, ?22, ?22, ?23) \
-         returning {}",
-        rows::returning()
-    )))
-    .bind(m.id)
-    .bind(tenant)
-    .bind(&m.agent_id)
-    .bind(&m.user_id)
-    .bind(&m.session_id)
-    .bind(&namespace)
-    .bind(&m.content)
-    .bind(&p.content_hash)
-    .bind(&m.subject)
-    .bind(&m.predicate)
-    .bind(&m.object)
-    .bind(m.confidence.unwrap_or(0.7))
-    .bind(m.source_episode_id)
-    .bind(supersedes)
-    // valid_from and occurred_at: when the fact was observed.
-    .bind(micros(m.occurred_at.unwrap_or(now)))
-    .bind(m.importance)
-    .bind(vector)
-    .bind(model)
-    .bind(m.retention.as_str())
-    .bind(m.private)
-    .bind(to_json_text(&m.metadata)?)
-    .bind(micros(now))
-    .bind(m.retention.expires_at(now).map(micros))
-    .fetch_one(&mut *conn)
-    .await
-    .map_err(store_error)?;
-    let memory: Memory = row.try_into()?;
-    ops.push(IndexOp::written(&memory, p.embedding.as_ref()));
-    Ok(WrittenMemory { memory, deduplicated: false })
-}
-
-/// Inserts a skill or updates the agent's skill of the same name: new text
-/// replaces the old, given fields replace theirs, an outcome moves the
-/// counters, a reward moves the running mean, the version increments.
-/// The arithmetic is done here rather than in SQL so that it rounds like
-/// Postgres: double precision, then stored as f32 (`real`).
-pub(super) async fn upsert_procedural(
-    conn: &mut SqliteConnection,
-    tenant: &str,
-    p: &PreparedMemory,
-    now: DateTime<Utc>,
-) -> StoreResult<Memory> {
-    let m = &p.memory;
-    let skill = m.skill_name.as_deref().unwrap_or_default();
-    let (vector, model) = vector_of(p.embedding.as_ref());
-    let (success, failure) = match m.outcome {
-        Some(Outcome::Success) => (1, 0),
-        Some(Outcome::Failure) => (0, 1),
-        _ => (0, 0),
-    };
-    // The stored skill's running-mean state and metadata, if it exists.
-    let existing: Option<(Uuid, i64, f32, String)> = sqlx::query_as(
-        "select id, reward_count, avg_reward, metadata from memories where tenant_id = ? and tier = 'procedural' \
-         and agent_id = ? and skill_name = ?",
-    )
-    .bind(tenant)
-    .bind(&m.agent_id)
-    .bind(skill)
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(store_error)?;
-
-    let row: MemoryRow = match existing {
-        None => sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "insert into memories (id, tenant_id, tier, agent_id, user_id, session_id, skill_name, content, \
-                 content_hash, trigger_pattern, policy, tool_sequence, success_count, failure_count, reward_count, \
-                 avg_reward, version, importance, embedding, embedding_model, retention, private, metadata, \
-                 occurred_at, created_at, updated_at, expires_at) \
-             values (?1, ?2, 'procedural', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, 1, ?16, ?17, \
-                 ?18, ?19, ?20, ?21, ?22, ?23, ?23, ?24) \
-             returning {}",
-            rows::returning()
-        )))
-        .bind(m.id)
-        .bind(tenant)
-        .bind(&m.agent_id)
-        .bind(&m.user_id)
-        .bind(&m.session_id)
-        .bind(skill)
-        .bind(&m.content)
-        .bind(&p.content_hash)
-        .bind(&m.trigger_pattern)
-        .bind(m.policy.as_ref().map(to_json_text).transpose()?)
-        .bind(m.tool_sequence.as_ref().map(to_json_text).transpose()?)
-        .bind(success)
-        .bind(failure)
-        .bind(i32::from(m.reward.is_some()))
-        .bind(m.reward.unwrap_or(0.0))
-        .bind(m.importance)
-        .bind(vector)
-        .bind(model)
-        .bind(m.retention.as_str())
-        .bind(m.private)
-        .bind(to_json_text(&m.metadata)?)
-        .bind(micros(m.occurred_at.unwrap_or(now)))
+    async fn save_response(
+        &mut self,
+        tenant: &str,
+        key: &str,
+        status: u16,
+        body: &Value,
+        now: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "update idempotency_keys set status = ?, response = ?, updated_at = ? where tenant_id = ? and key = ?",
+        )
+        .bind(i64::from(status))
+        .bind(to_json_text(body)?)
         .bind(micros(now))
-        .bind(m.retention.expires_at(now).map(micros))
-        .fetch_one(&mut *conn)
+        .bind(tenant)
+        .bind(key)
+        .execute(&mut *self.tx)
         .await
-        .map_err(store_error)?,
-        Some((old_id, reward_count, old_avg, old_metadata)) => {
-            let avg_reward = match m.reward {
-                None => old_avg,
-                Some(r) => {
-                    ((f64::from(old_avg) * reward_count as f64 + f64::from(r)) / (reward_count + 1) as f64) as f32
-                }
-            };
-            // `p.metadata || EXCLUDED.metadata`: a shallow merge, new keys win.
-            let mut metadata: Map<String, Value> =
-                serde_json::from_str(&old_metadata).map_err(|e| StoreError::Internal(e.into()))?;
-            metadata.extend(m.metadata.iter().map(|(k, v)| (k.clone(), v.clone())));
-            sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "update memories set user_id = coalesce(?3, user_id), session_id = coalesce(?4, session_id), \
-                     content = ?5, content_hash = ?6, trigger_pattern = coalesce(?7, trigger_pattern), \
-                     policy = coalesce(?8, policy), tool_sequence = coalesce(?9, tool_sequence), \
-                     success_count = success_count + ?10, failure_count = failure_count + ?11, \
-                     avg_reward = ?12, reward_count = reward_count + ?13, importance = ?14, \
-                     embedding = ?15, embedding_model = ?16, retention = ?17, private = ?18, metadata = ?19, \
-                     occurred_at = ?20, updated_at = ?21, expires_at = ?22, version = version + 1 \
-                 where tenant_id = ?1 and id = ?2 \
-                 returning {}",
-                rows::returning()
-            )))
-            .bind(tenant)
-            .bind(old_id)
-            .bind(&m.user_id)
-            .bind(&m.session_id)
-            .bind(&m.content)
-            .bind(&p.content_hash)
-            .bind(&m.trigger_pattern)
-            .bind(m.policy.as_ref().map(to_json_text).transpose()?)
-            .bind(m.tool_sequence.as_ref().map(to_json_text).transpose()?)
-            .bind(success)
-            .bind(failure)
-            .bind(avg_reward)
-            .bind(i32::from(m.reward.is_some()))
-            .bind(m.importance)
-            .bind(vector)
-            .bind(model)
-            .bind(m.retention.as_str())
-            .bind(m.private)
-            .bind(to_json_text(&metadata)?)
-            .bind(micros(m.occurred_at.unwrap_or(now)))
-            .bind(micros(now))
-            .bind(m.retention.expires_at(now).map(micros))
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(store_error)?
+        .map_err(store_error)?;
+        Ok(())
+    }
+
+    async fn facts_by_hash(
+        &mut self,
+        tenant: &str,
+        agent_id: &str,
+        namespace: &str,
+        content_hash: &str,
+    ) -> StoreResult<Vec<Memory>> {
+        let mut qb = QueryBuilder::new(format!("select {COLUMNS} from memories m where m.tenant_id = "));
+        qb.push_bind(tenant.to_string()).push(" and m.tier = 'semantic' and m.agent_id = ");
+        qb.push_bind(agent_id.to_string()).push(" and m.namespace = ").push_bind(namespace.to_string());
+        qb.push(" and m.content_hash = ").push_bind(content_hash.to_string());
+        qb.push(" and (m.valid_until is null or m.contested_by is not null) order by m.created_at desc, m.id desc");
+        self.fetch_rows(qb).await
+    }
+
+    async fn slot_facts(
+        &mut self,
+        tenant: &str,
+        slot: &Slot<'_>,
+        object: Option<Option<&str>>,
+    ) -> StoreResult<Vec<Memory>> {
+        let mut qb = QueryBuilder::new(format!("select {COLUMNS} from memories m where m.tenant_id = "));
+        qb.push_bind(tenant.to_string()).push(" and m.tier = 'semantic' and m.agent_id = ");
+        qb.push_bind(slot.agent_id.to_string()).push(" and m.namespace = ").push_bind(slot.namespace.to_string());
+        qb.push(" and m.subject = ").push_bind(slot.subject.to_string());
+        qb.push(" and m.predicate = ").push_bind(slot.predicate.to_string());
+        qb.push(" and m.valid_until is null");
+        if let Some(object) = object {
+            // `is`: equality that holds between two nulls.
+            qb.push(" and m.object is ").push_bind(object.map(str::to_string));
         }
-    };
-    row.try_into()
+        self.fetch_rows(qb).await
+    }
+
+    async fn retire_facts(&mut self, tenant: &str, ids: &[Uuid], at: DateTime<Utc>) -> StoreResult<()> {
+        for id in ids {
+            sqlx::query("update memories set valid_until = ?1, updated_at = ?1 where tenant_id = ?2 and id = ?3")
+                .bind(micros(at))
+                .bind(tenant)
+                .bind(id)
+                .execute(&mut *self.tx)
+                .await
+                .map_err(store_error)?;
+            self.record(tenant, IndexOp::Retire(*id));
+        }
+        Ok(())
+    }
+
+    async fn skill(&mut self, tenant: &str, agent_id: &str, skill_name: &str) -> StoreResult<Option<SkillState>> {
+        let row: Option<CountedRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "select {COLUMNS}, m.reward_count as counted from memories m where m.tenant_id = ? \
+             and m.tier = 'procedural' and m.agent_id = ? and m.skill_name = ?"
+        )))
+        .bind(tenant)
+        .bind(agent_id)
+        .bind(skill_name)
+        .fetch_optional(&mut *self.tx)
+        .await
+        .map_err(store_error)?;
+        row.map(|r| Ok(SkillState { skill: r.row.try_into()?, reward_count: r.counted })).transpose()
+    }
+
+    async fn row(&mut self, tenant: &str, id: Uuid) -> StoreResult<Option<(Memory, i32)>> {
+        let row: Option<CountedRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "select {COLUMNS}, coalesce(m.reward_count, 0) as counted from memories m \
+             where m.tenant_id = ? and m.id = ?"
+        )))
+        .bind(tenant)
+        .bind(id)
+        .fetch_optional(&mut *self.tx)
+        .await
+        .map_err(store_error)?;
+        row.map(|r| Ok((r.row.try_into()?, r.counted))).transpose()
+    }
+
+    async fn insert(&mut self, tenant: &str, row: &StoredMemory) -> StoreResult<Memory> {
+        let mut qb = transfer::insert(tenant, row).map_err(StoreError::Internal)?;
+        qb.push(format!(" returning {}", rows::returning()));
+        let stored: MemoryRow = qb.build_query_as().fetch_one(&mut *self.tx).await.map_err(store_error)?;
+        let memory: Memory = stored.try_into()?;
+        self.record(tenant, IndexOp::Put(memory.clone(), row.embedding.clone()));
+        Ok(memory)
+    }
+
+    async fn update(&mut self, tenant: &str, row: &StoredMemory, vector: VectorChange<'_>) -> StoreResult<Memory> {
+        let m = &row.memory;
+        let mut qb = QueryBuilder::new("update memories set ");
+        let mut set = qb.separated(", ");
+        set.push("user_id = ").push_bind_unseparated(m.user_id.clone());
+        set.push("session_id = ").push_bind_unseparated(m.session_id.clone());
+        set.push("content = ").push_bind_unseparated(m.content.clone());
+        set.push("content_hash = ").push_bind_unseparated(row.content_hash.clone());
+        set.push("importance = ").push_bind_unseparated(m.importance);
+        set.push("retention = ").push_bind_unseparated(m.retention.as_str());
+        set.push("private = ").push_bind_unseparated(m.private);
+        set.push("metadata = ").push_bind_unseparated(to_json_text(&m.metadata)?);
+        set.push("occurred_at = ").push_bind_unseparated(micros(m.occurred_at));
+        set.push("updated_at = ").push_bind_unseparated(micros(m.updated_at));
+        set.push("expires_at = ").push_bind_unseparated(m.expires_at.map(micros));
+        if let VectorChange::Set(e) = vector {
+            set.push("embedding = ").push_bind_unseparated(e.map(|e| encode_vector(&e.vector)));
+            set.push("embedding_model = ").push_bind_unseparated(e.map(|e| e.model.clone()));
+        }
+        if m.tier == Tier::Procedural {
+            set.push("trigger_pattern = ").push_bind_unseparated(m.trigger_pattern.clone());
+            set.push("policy = ").push_bind_unseparated(m.policy.as_ref().map(to_json_text).transpose()?);
+            set.push("tool_sequence = ").push_bind_unseparated(m.tool_sequence.as_ref().map(to_json_text).transpose()?);
+            set.push("success_count = ").push_bind_unseparated(m.success_count.unwrap_or(0));
+            set.push("failure_count = ").push_bind_unseparated(m.failure_count.unwrap_or(0));
+            set.push("reward_count = ").push_bind_unseparated(row.reward_count.unwrap_or(0));
+            set.push("avg_reward = ").push_bind_unseparated(m.avg_reward.unwrap_or(0.0));
+            set.push("version = ").push_bind_unseparated(m.version.unwrap_or(1));
+        }
+        qb.push(" where tenant_id = ").push_bind(tenant.to_string()).push(" and id = ").push_bind(m.id);
+        qb.push(format!(" returning {}", rows::returning()));
+        let stored: MemoryRow = qb.build_query_as().fetch_one(&mut *self.tx).await.map_err(store_error)?;
+        let memory: Memory = stored.try_into()?;
+        let op = match vector {
+            VectorChange::Set(e) => IndexOp::Put(memory.clone(), e.cloned()),
+            VectorChange::Keep => IndexOp::Refresh(memory.clone()),
+        };
+        self.record(tenant, op);
+        Ok(memory)
+    }
+
+    async fn delete(&mut self, tenant: &str, id: Uuid) -> StoreResult<Option<Tier>> {
+        let tier: Option<String> =
+            sqlx::query_scalar("delete from memories where tenant_id = ? and id = ? returning tier")
+                .bind(tenant)
+                .bind(id)
+                .fetch_optional(&mut *self.tx)
+                .await
+                .map_err(store_error)?;
+        if tier.is_some() {
+            self.record(tenant, IndexOp::Remove(id));
+        }
+        Ok(tier.as_deref().and_then(Tier::parse))
+    }
+
+    async fn commit(self: Box<Self>) -> StoreResult<()> {
+        let SqliteTx { store, gate, tx, tenant, ops, started } = *self;
+        // The commit and the index changes run in their own task: dropping
+        // the caller from here on (a timeout, a client that went away) no
+        // longer stops them halfway. The gate goes with them.
+        let task = tokio::spawn(async move {
+            let _gate = gate;
+            tx.commit().await.map_err(store_error)?;
+            if let Some(tenant) = tenant {
+                store.apply(&tenant, ops);
+            }
+            observe("write", started);
+            Ok(())
+        });
+        task.await.map_err(|e| StoreError::Internal(anyhow::Error::new(e).context("the commit task")))?
+    }
 }

@@ -13,7 +13,6 @@ use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
 use super::{SqliteSettings, SqliteStore};
-use crate::domain::content::content_hash;
 use crate::domain::{Memory, NewMemory, Tier, WrittenMemory};
 use crate::store::{Embedding, MemoryStore, PreparedMemory, SearchQuery, WriteOutcome};
 
@@ -78,7 +77,7 @@ pub(super) fn new_memory(tier: Tier, agent: &str, content: &str) -> NewMemory {
 }
 
 pub(super) fn prepared(memory: NewMemory, embedding: Option<Embedding>) -> PreparedMemory {
-    PreparedMemory { content_hash: content_hash(&memory.content), memory, embedding }
+    PreparedMemory::new(memory, embedding)
 }
 
 pub(super) fn emb(model: &str, vector: &[f32]) -> Option<Embedding> {
