@@ -474,3 +474,41 @@ async fn concurrent_contradicting_facts_leave_one_current_fact_per_slot() {
     let (_, all) = app.get_json("/v1/memories?agent_id=a&tier=semantic&include_superseded=true&limit=50").await;
     assert_eq!(all["memories"].as_array().unwrap().len(), 12);
 }
+
+/// Clients that give up at every point of a write (the request dropped
+/// mid-flight) leave each memory either absent or stored and searchable.
+#[tokio::test]
+async fn writes_abandoned_by_their_clients_are_absent_or_searchable() {
+    let app = spawn_app().await;
+    for i in 0..30u64 {
+        let memories: Vec<Value> = (0..4)
+            .map(|j| json!({"agent_id": "a", "tier": "episodic", "content": format!("walrus report q{i}z{j}")}))
+            .collect();
+        let request = app.client.post(format!("{}/v1/memories", app.base)).json(&json!({"memories": memories}));
+        let request = match &app.api_key {
+            Some(key) => request.bearer_auth(key),
+            None => request,
+        };
+        // From 1 ms to 30 ms: some give up before the commit, some during it.
+        let _ = request.timeout(std::time::Duration::from_millis(i + 1)).send().await;
+    }
+    // Whatever the server still had in hand finishes.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+
+    let (_, listed) = app.get_json("/v1/memories?agent_id=a&limit=200").await;
+    let stored = listed["memories"].as_array().unwrap();
+    for m in stored {
+        let content = m["content"].as_str().unwrap();
+        let found: Value = app
+            .post("/v1/memories/search", &json!({"agent_id": "a", "query": content, "top_k": 3}))
+            .await
+            .json()
+            .await
+            .unwrap();
+        let ids: Vec<&Value> = found["results"].as_array().unwrap().iter().map(|r| &r["memory"]["id"]).collect();
+        assert!(ids.contains(&&m["id"]), "{content} is stored but not found: {found}");
+    }
+    // Batches are all or nothing.
+    assert_eq!(stored.len() % 4, 0, "{listed}");
+    eprintln!("{} of 30 abandoned batches were stored", stored.len() / 4);
+}
