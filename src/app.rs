@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use metrics_exporter_prometheus::PrometheusHandle;
-use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -17,10 +16,10 @@ use crate::config::Config;
 use crate::domain::classify::RuleClassifier;
 use crate::http::extract::Auth;
 use crate::service::MemoryService;
+use crate::store::Storage;
 use crate::store::postgres::{self, PgStore};
 use crate::store::redis::RedisStore;
-use crate::store::sqlite::{LocalSkillCache, SqliteSettings, SqliteStore};
-use crate::store::{Backend, MemoryStore, SkillCache, WorkingMemory};
+use crate::store::sqlite::{SqliteSettings, SqliteStore};
 use crate::{embed, jobs};
 
 /// Shared by every request. Cheap to clone: handles only.
@@ -40,29 +39,14 @@ pub struct AppState {
     pub request_timeout_ms: u64,
 }
 
-/// The connection pool of the active backend.
-#[derive(Clone)]
-pub enum DbPool {
-    Postgres(PgPool),
-    Sqlite(sqlx::SqlitePool),
-}
+pub use crate::store::DbPool;
 
-impl DbPool {
-    /// (open connections, idle connections).
-    pub fn connections(&self) -> (u32, usize) {
-        match self {
-            DbPool::Postgres(p) => (p.size(), p.num_idle()),
-            DbPool::Sqlite(p) => (p.size(), p.num_idle()),
-        }
-    }
-}
-
-/// The state plus the backends the background jobs and shutdown need.
+/// The state plus the storage the background jobs and shutdown need.
 pub struct App {
     pub state: AppState,
     /// Access counts queued by searches, for the flusher job.
     pub access_rx: Option<tokio::sync::mpsc::Receiver<crate::recall::AccessBatch>>,
-    pub backend: Backend,
+    pub storage: Storage,
     pub config: Config,
 }
 
@@ -81,32 +65,15 @@ pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::
     for notice in &config.notices {
         tracing::info!("{notice}");
     }
-    let backend = open_backend(&config, clock.now()).await?;
-    let db_pool = match &backend {
-        Backend::Postgres { pg, .. } => DbPool::Postgres(pg.pool().clone()),
-        Backend::Embedded(s) => DbPool::Sqlite(s.pool().clone()),
-    };
+    let storage = open_storage(&config, clock.now()).await?;
     let embedder = embed::from_config(&config.embedding)?;
     match &embedder {
         Some(e) => {
-            if let Some(pg) = backend.pg() {
-                pg.ensure_model(e.model_id(), e.dimensions()).await?;
-            }
+            storage.maintenance.prepare_model(e.model_id(), e.dimensions()).await?;
             tracing::info!(model = e.model_id(), dimensions = e.dimensions(), "embedding model ready");
         }
         None => tracing::warn!("no embedding provider configured: memories are stored without vectors"),
     }
-    let (store, working, skills): (Arc<dyn MemoryStore>, Arc<dyn WorkingMemory>, Arc<dyn SkillCache>) = match &backend {
-        Backend::Postgres { pg, redis } => (Arc::new(pg.clone()), Arc::new(redis.clone()), Arc::new(redis.clone())),
-        Backend::Embedded(s) => (
-            Arc::new(s.clone()),
-            Arc::new(s.working_memory()),
-            Arc::new(LocalSkillCache::new(
-                Duration::from_secs(config.redis.procedural_cache_ttl_secs),
-                LOCAL_SKILL_CACHE_ENTRIES,
-            )),
-        ),
-    };
     let auth = Auth::new(&config.auth);
     if auth.is_open() {
         tracing::warn!(
@@ -117,9 +84,9 @@ pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::
     }
     let (access, access_rx) = crate::recall::AccessRecorder::new(10_000);
     let service = MemoryService {
-        store,
-        working,
-        skills,
+        store: storage.memories.clone(),
+        working: storage.working.clone(),
+        skills: storage.skills.clone(),
         embedder,
         classifier: Arc::new(RuleClassifier),
         clock,
@@ -138,19 +105,19 @@ pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::
         service: Arc::new(service),
         auth: Arc::new(auth),
         metrics: crate::telemetry::metrics_handle(),
-        db_pool,
+        db_pool: storage.pool.clone(),
         openapi_json: Arc::new(crate::http::openapi_json()),
         body_limit: config.server.body_limit_bytes,
         request_timeout_ms: config.server.request_timeout_ms,
     };
-    Ok(App { state, access_rx: Some(access_rx), backend, config })
+    Ok(App { state, access_rx: Some(access_rx), storage, config })
 }
 
 /// Opens the configured storage: Postgres and Redis when a database URL is
 /// set (migrating when configured, and creating the episodic partitions of
 /// the months around `now`), else the embedded database in the data
 /// directory. Used by the server and by `engram export`/`import`.
-pub async fn open_backend(config: &Config, now: chrono::DateTime<chrono::Utc>) -> anyhow::Result<Backend> {
+pub async fn open_storage(config: &Config, now: chrono::DateTime<chrono::Utc>) -> anyhow::Result<Storage> {
     if config.database.url.is_empty() {
         let dir = std::path::Path::new(&config.embedded.data_dir);
         let settings = SqliteSettings {
@@ -162,7 +129,11 @@ pub async fn open_backend(config: &Config, now: chrono::DateTime<chrono::Utc>) -
         let store = SqliteStore::open(dir, &settings).await?;
         let shown = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
         tracing::info!(data_dir = %shown.display(), "embedded backend: every tier in one SQLite database; no Postgres or Redis");
-        Ok(Backend::Embedded(store))
+        Ok(Storage::embedded(
+            store,
+            Duration::from_secs(config.redis.procedural_cache_ttl_secs),
+            LOCAL_SKILL_CACHE_ENTRIES,
+        ))
     } else {
         let pool = postgres::connect_lazy(&config.database, &config.search)?;
         if config.database.migrate_on_start {
@@ -177,7 +148,7 @@ pub async fn open_backend(config: &Config, now: chrono::DateTime<chrono::Utc>) -
             tracing::info!(created, "created episodic partitions");
         }
         let redis = RedisStore::connect(&config.redis).context("configuring Redis")?;
-        Ok(Backend::Postgres { pg, redis })
+        Ok(Storage::postgres(pg, redis))
     }
 }
 
@@ -199,7 +170,7 @@ pub async fn run(listener: TcpListener, mut app: App, shutdown: CancellationToke
         Err(_) => tracing::warn!("requests still running after the grace period; exiting anyway"),
     }
     tracker.wait().await;
-    app.backend.close().await;
+    app.storage.maintenance.close().await;
     Ok(())
 }
 

@@ -147,19 +147,19 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 async fn export(config: Config, tenant: String, vectors: bool, output: Option<PathBuf>) -> anyhow::Result<()> {
     engram::telemetry::init_logging(&config.log);
     let now = chrono::Utc::now();
-    let backend = engram::app::open_backend(&config, now).await?;
+    let storage = engram::app::open_storage(&config, now).await?;
     let counts = match &output {
         Some(path) => {
             let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
             let mut out = std::io::BufWriter::new(file);
-            engram::transfer::export(&backend, &tenant, vectors, &mut out, now).await
+            engram::transfer::export(&storage, &tenant, vectors, &mut out, now).await
         }
         None => {
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            engram::transfer::export(&backend, &tenant, vectors, &mut out, now).await
+            engram::transfer::export(&storage, &tenant, vectors, &mut out, now).await
         }
     };
-    backend.close().await;
+    storage.maintenance.close().await;
     let counts = counts?;
     let listed: Vec<String> = counts.iter().map(|(tier, n)| format!("{} {n}", tier.as_str())).collect();
     eprintln!("exported tenant {tenant}: {}", listed.join(", "));
@@ -169,15 +169,15 @@ async fn export(config: Config, tenant: String, vectors: bool, output: Option<Pa
 async fn import(config: Config, tenant: Option<String>, file: Option<PathBuf>) -> anyhow::Result<()> {
     engram::telemetry::init_logging(&config.log);
     let now = chrono::Utc::now();
-    let backend = engram::app::open_backend(&config, now).await?;
+    let storage = engram::app::open_storage(&config, now).await?;
     let summary = match file.filter(|f| f.as_os_str() != "-") {
         Some(path) => {
             let file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
-            engram::transfer::import(&backend, tenant.as_deref(), std::io::BufReader::new(file), now).await
+            engram::transfer::import(&storage, tenant.as_deref(), std::io::BufReader::new(file), now).await
         }
-        None => engram::transfer::import(&backend, tenant.as_deref(), std::io::stdin().lock(), now).await,
+        None => engram::transfer::import(&storage, tenant.as_deref(), std::io::stdin().lock(), now).await,
     };
-    backend.close().await;
+    storage.maintenance.close().await;
     print!("{}", summary?);
     Ok(())
 }

@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::content::content_hash;
 use crate::domain::{Memory, Tier};
-use crate::store::{Backend, Cursor, Embedding, StoredMemory};
+use crate::store::{Cursor, Embedding, Storage, StoredMemory};
 
 pub const FORMAT: &str = "engram-export";
 pub const VERSION: u32 = 1;
@@ -84,7 +84,7 @@ fn write_line(out: &mut impl Write, line: &Line) -> anyhow::Result<()> {
 
 /// Writes every live memory of `tenant` to `out`; returns the counts per tier.
 pub async fn export(
-    backend: &Backend,
+    storage: &Storage,
     tenant: &str,
     vectors: bool,
     out: &mut impl Write,
@@ -93,7 +93,7 @@ pub async fn export(
     let header = Header { format: FORMAT.into(), version: VERSION, tenant: tenant.into(), exported_at: now, vectors };
     write_line(out, &Line::Header(header))?;
     let mut counts: BTreeMap<Tier, u64> = Tier::ALL.into_iter().map(|t| (t, 0)).collect();
-    let working = backend.working_entries(tenant).await.context("reading working memory")?;
+    let working = storage.transfer.working_entries(tenant).await.context("reading working memory")?;
     for memory in working.into_iter().filter(|m| !m.is_expired(now)) {
         let record = MemoryRecord { memory, content_hash: None, reward_count: None, vector: None };
         write_line(out, &Line::Memory(Box::new(record)))?;
@@ -102,7 +102,8 @@ pub async fn export(
     for tier in [Tier::Episodic, Tier::Semantic, Tier::Procedural] {
         let mut after = None;
         loop {
-            let page = backend
+            let page = storage
+                .transfer
                 .export_page(tenant, tier, after, BATCH, vectors, now)
                 .await
                 .with_context(|| format!("reading {} memories", tier.as_str()))?;
@@ -213,10 +214,10 @@ impl Batch {
     }
 }
 
-/// Reads an export from `input` into `backend`, for `tenant` (else the
+/// Reads an export from `input` into `storage`, for `tenant` (else the
 /// header's tenant).
 pub async fn import(
-    backend: &Backend,
+    storage: &Storage,
     tenant: Option<&str>,
     input: impl BufRead,
     now: DateTime<Utc>,
@@ -261,7 +262,7 @@ pub async fn import(
                     Err(working) => batch.working.push(working),
                 }
                 if batch.len() >= BATCH {
-                    write_batch(backend, &mut summary, std::mem::take(&mut batch), now).await?;
+                    write_batch(storage, &mut summary, std::mem::take(&mut batch), now).await?;
                 }
             }
             Line::End(end) => {
@@ -279,19 +280,19 @@ pub async fn import(
         }
     }
     anyhow::ensure!(header_seen, "the input is empty: not an engram export");
-    write_batch(backend, &mut summary, batch, now).await?;
+    write_batch(storage, &mut summary, batch, now).await?;
     Ok(summary)
 }
 
 async fn write_batch(
-    backend: &Backend,
+    storage: &Storage,
     summary: &mut ImportSummary,
     batch: Batch,
     now: DateTime<Utc>,
 ) -> anyhow::Result<()> {
     let tenant = summary.tenant.clone();
     if !batch.persistent.is_empty() {
-        let inserted = backend.import_batch(&tenant, &batch.persistent).await?;
+        let inserted = storage.transfer.import_batch(&tenant, &batch.persistent).await?;
         for (stored, inserted) in batch.persistent.iter().zip(inserted) {
             let s = summary.tiers.entry(stored.memory.tier).or_default();
             if inserted {
@@ -304,7 +305,7 @@ async fn write_batch(
     if !batch.working.is_empty() {
         // Working memory has no transactions across entries (Redis); an entry
         // whose id is present is skipped, so a failed batch can be re-run.
-        let working = backend.working_memory();
+        let working = &storage.working;
         let mut fresh = Vec::with_capacity(batch.working.len());
         for m in batch.working {
             if working.get(&tenant, m.id).await.context("reading working memory")?.is_some() {

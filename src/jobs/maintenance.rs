@@ -1,5 +1,5 @@
-//! Periodic upkeep of the Postgres schema: episodic partitions for the months
-//! ahead, and forgetting idempotency keys past their lifetime.
+//! Periodic upkeep: episodic partitions for the months ahead (on Postgres),
+//! and forgetting idempotency keys past their lifetime.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,10 +7,10 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
-use crate::store::Backend;
+use crate::store::Storage;
 
 pub struct Maintenance {
-    pub store: Backend,
+    pub store: Storage,
     pub clock: Arc<dyn Clock>,
     pub partitions_ahead_months: u32,
 }
@@ -24,12 +24,9 @@ pub struct Report {
 impl Maintenance {
     pub async fn run_once(&self) -> anyhow::Result<Report> {
         let now = self.clock.now();
-        // Only Postgres partitions episodic memory by month.
-        let partitions_created = match self.store.pg() {
-            Some(pg) => pg.ensure_partitions(now, self.partitions_ahead_months).await?,
-            None => 0,
-        };
-        let idempotency_keys_deleted = self.store.forget_idempotency_keys(now).await?;
+        let upkeep = &self.store.maintenance;
+        let partitions_created = upkeep.ensure_partitions(now, self.partitions_ahead_months).await?;
+        let idempotency_keys_deleted = upkeep.forget_idempotency_keys(now).await?;
         Ok(Report { partitions_created, idempotency_keys_deleted })
     }
 

@@ -23,14 +23,14 @@ pub fn spawn_all(tracker: &TaskTracker, app: &mut App, shutdown: CancellationTok
         tracker.spawn(flusher.run(std::time::Duration::from_millis(500), shutdown.clone()));
     }
     let job = maintenance::Maintenance {
-        store: app.backend.clone(),
+        store: app.storage.clone(),
         clock: app.state.service.clock.clone(),
         partitions_ahead_months: app.config.database.partitions_ahead_months,
     };
     tracker.spawn(job.run(std::time::Duration::from_secs(6 * 3600), shutdown.clone()));
     if let Some(embedder) = app.state.service.embedder.clone().filter(|_| app.config.embedding.reembed_batch > 0) {
         let job = reembed::Reembed {
-            store: app.backend.clone(),
+            store: app.storage.clone(),
             embedder,
             clock: app.state.service.clock.clone(),
             batch: app.config.embedding.reembed_batch,

@@ -17,10 +17,10 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::Clock;
 use crate::domain::Tier;
 use crate::embed::Embedder;
-use crate::store::Backend;
+use crate::store::Storage;
 
 pub struct Reembed {
-    pub store: Backend,
+    pub store: Storage,
     pub embedder: Arc<dyn Embedder>,
     pub clock: Arc<dyn Clock>,
     pub batch: usize,
@@ -32,7 +32,11 @@ impl Reembed {
     pub async fn run_once(&self) -> anyhow::Result<usize> {
         let mut done = 0;
         for tier in [Tier::Episodic, Tier::Semantic, Tier::Procedural] {
-            done += self.store.reembed_batch(tier, self.embedder.as_ref(), self.batch, self.clock.now()).await?;
+            done += self
+                .store
+                .maintenance
+                .reembed_batch(tier, self.embedder.as_ref(), self.batch, self.clock.now())
+                .await?;
         }
         metrics::counter!("engram_reembed_done_total").increment(done as u64);
         Ok(done)
@@ -44,7 +48,7 @@ impl Reembed {
         let mut announced = false;
         let mut total = 0usize;
         loop {
-            let pending = match self.store.reembed_pending(&model).await {
+            let pending = match self.store.maintenance.reembed_pending(&model).await {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::warn!(error = %e, "re-embedding: cannot count pending rows");

@@ -3,11 +3,23 @@
 //!
 //! Backends implement these traits and know nothing of HTTP. Every method takes
 //! the tenant first: no query is ever issued without it.
+//!
+//! Besides the three request-path traits, each backend implements capability
+//! traits for the work around requests: `Maintenance` (model indexes,
+//! partitions, re-embedding, idempotency keys, closing) and `Transfer`
+//! (export and import). `Storage` (in `storage.rs`) holds one handle of each,
+//! built in one place, so no caller matches on the backend. A new kind of
+//! administrative work is a new capability implemented once per backend: an
+//! `Erasure` capability (everything of one user or tenant, from every store)
+//! comes next this way.
 
 pub mod postgres;
 pub mod redis;
 pub mod sqlite;
+mod storage;
 pub mod write;
+
+pub use storage::{DbPool, Storage};
 
 use std::collections::HashSet;
 
@@ -380,57 +392,43 @@ pub trait SkillCache: Send + Sync {
     async fn evict(&self, tenant: &str, id: Uuid) -> StoreResult<()>;
 }
 
-/// The configured storage: which backends serve the tiers. Cheap to clone.
-#[derive(Clone)]
-pub enum Backend {
-    /// Postgres for the persistent tiers; Redis for working memory and the skill cache.
-    Postgres { pg: postgres::PgStore, redis: redis::RedisStore },
-    /// One SQLite database in the data directory for everything.
-    Embedded(sqlite::SqliteStore),
-}
+/// Upkeep of a backend, run by the background jobs and at start and shutdown.
+#[async_trait]
+pub trait Maintenance: Send + Sync {
+    /// Prepares what searching with an embedding model needs (Postgres: the
+    /// model's HNSW indexes; the embedded vector index needs nothing).
+    async fn prepare_model(&self, model: &str, dimensions: usize) -> anyhow::Result<()>;
 
-impl Backend {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Backend::Postgres { .. } => "postgres",
-            Backend::Embedded(_) => "embedded",
-        }
-    }
-
-    /// The Postgres store, when that is the backend.
-    pub fn pg(&self) -> Option<&postgres::PgStore> {
-        match self {
-            Backend::Postgres { pg, .. } => Some(pg),
-            Backend::Embedded(_) => None,
-        }
-    }
+    /// Creates the episodic partitions of `now`'s month and `ahead` more;
+    /// returns how many were created (0 where episodic memory is not partitioned).
+    async fn ensure_partitions(&self, now: DateTime<Utc>, ahead: u32) -> anyhow::Result<i32>;
 
     /// Rows whose vector is missing or of another model than `model`.
-    pub async fn reembed_pending(&self, model: &str) -> StoreResult<i64> {
-        match self {
-            Backend::Postgres { pg, .. } => pg.reembed_pending(model).await,
-            Backend::Embedded(s) => s.reembed_pending(model).await,
-        }
-    }
+    async fn reembed_pending(&self, model: &str) -> StoreResult<i64>;
 
     /// Re-embeds up to `batch` rows of `tier` with `embedder`; returns how many moved.
-    pub async fn reembed_batch(
+    async fn reembed_batch(
         &self,
         tier: Tier,
         embedder: &dyn crate::embed::Embedder,
         batch: usize,
         now: DateTime<Utc>,
-    ) -> anyhow::Result<usize> {
-        match self {
-            Backend::Postgres { pg, .. } => pg.reembed_batch(tier, embedder, batch, now).await,
-            Backend::Embedded(s) => s.reembed_batch(tier, embedder, batch, now).await,
-        }
-    }
+    ) -> anyhow::Result<usize>;
 
+    /// Deletes idempotency keys past their time to live; returns how many.
+    async fn forget_idempotency_keys(&self, now: DateTime<Utc>) -> anyhow::Result<u64>;
+
+    /// Closes connections (after the server stopped).
+    async fn close(&self);
+}
+
+/// A tenant's rows copied as they are, for `engram export` and `engram import`.
+#[async_trait]
+pub trait Transfer: Send + Sync {
     /// Up to `limit` live memories of one persistent tier, superseded facts
     /// included, in (created_at, id) order after `after`; with their vectors
     /// when `vectors` is set.
-    pub async fn export_page(
+    async fn export_page(
         &self,
         tenant: &str,
         tier: Tier,
@@ -438,55 +436,13 @@ impl Backend {
         limit: usize,
         vectors: bool,
         now: DateTime<Utc>,
-    ) -> StoreResult<Vec<StoredMemory>> {
-        match self {
-            Backend::Postgres { pg, .. } => pg.export_page(tenant, tier, after, limit, vectors, now).await,
-            Backend::Embedded(s) => s.export_page(tenant, tier, after, limit, vectors, now).await,
-        }
-    }
+    ) -> StoreResult<Vec<StoredMemory>>;
 
     /// Inserts persistent memories exactly as given, in one transaction;
     /// a memory whose id the tenant already has is left alone. Returns, per
     /// memory, whether it was inserted.
-    pub async fn import_batch(&self, tenant: &str, rows: &[StoredMemory]) -> anyhow::Result<Vec<bool>> {
-        match self {
-            Backend::Postgres { pg, .. } => pg.import_batch(tenant, rows).await,
-            Backend::Embedded(s) => s.import_batch(tenant, rows).await,
-        }
-    }
+    async fn import_batch(&self, tenant: &str, rows: &[StoredMemory]) -> anyhow::Result<Vec<bool>>;
 
     /// Every live working-memory entry of a tenant, each session oldest first.
-    pub async fn working_entries(&self, tenant: &str) -> StoreResult<Vec<Memory>> {
-        match self {
-            Backend::Postgres { redis, .. } => redis.entries(tenant).await,
-            Backend::Embedded(s) => s.working_memory().entries(tenant).await,
-        }
-    }
-
-    /// The working memory of this backend.
-    pub fn working_memory(&self) -> std::sync::Arc<dyn WorkingMemory> {
-        match self {
-            Backend::Postgres { redis, .. } => std::sync::Arc::new(redis.clone()),
-            Backend::Embedded(s) => std::sync::Arc::new(s.working_memory()),
-        }
-    }
-
-    /// Deletes idempotency keys past their time to live; returns how many.
-    pub async fn forget_idempotency_keys(&self, now: DateTime<Utc>) -> anyhow::Result<u64> {
-        match self {
-            Backend::Postgres { pg, .. } => pg.forget_idempotency_keys(now).await,
-            Backend::Embedded(s) => s.forget_idempotency_keys(now).await,
-        }
-    }
-
-    /// Closes connections (after the server stopped).
-    pub async fn close(&self) {
-        match self {
-            Backend::Postgres { pg, redis } => {
-                redis.shutdown().await;
-                pg.pool().close().await;
-            }
-            Backend::Embedded(s) => s.close().await,
-        }
-    }
+    async fn working_entries(&self, tenant: &str) -> StoreResult<Vec<Memory>>;
 }

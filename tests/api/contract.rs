@@ -71,7 +71,7 @@ async fn both_backends_return_the_same_memories_in_the_same_order() {
         .expect("ENGRAM_TEST_DATABASE_URL is not set: run the tests with scripts/test.sh");
     let postgres = spawn_app_with(|c| c.database.url = pg_url).await;
     let embedded = spawn_app_with(|c| c.database.url = String::new()).await;
-    assert_eq!((postgres.backend.name(), embedded.backend.name()), ("postgres", "embedded"));
+    assert_eq!((postgres.storage.name, embedded.storage.name), ("postgres", "embedded"));
     let start = DateTime::parse_from_rfc3339("2026-06-01T09:00:00Z").unwrap().with_timezone(&Utc);
     for app in [&postgres, &embedded] {
         seed(app, start).await;

@@ -12,7 +12,7 @@ use chrono::{DateTime, Duration, Utc};
 use engram::clock::Clock;
 use engram::config::{Config, EmbeddingProvider};
 use engram::store::postgres::PgStore;
-use engram::store::{Backend, MemoryStore};
+use engram::store::{MemoryStore, Storage};
 use reqwest::{Response, StatusCode};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -41,7 +41,7 @@ pub struct TestApp {
     pub base: String,
     pub client: reqwest::Client,
     pub clock: Arc<ManualClock>,
-    pub backend: Backend,
+    pub storage: Storage,
     /// The app's persistent store, for store-level checks on either backend.
     pub store: Arc<dyn MemoryStore>,
     pub config: Config,
@@ -135,20 +135,20 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
     tweak(&mut config);
     let clock = Arc::new(ManualClock(Mutex::new(Utc::now())));
     let app = engram::app::build_with_clock(config.clone(), clock.clone()).await.expect("app builds");
-    let backend = app.backend.clone();
+    let storage = app.storage.clone();
     let store = app.state.service.store.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let shutdown = CancellationToken::new();
     tokio::spawn(engram::app::run(listener, app, shutdown.clone()));
-    TestApp { base, client: reqwest::Client::new(), clock, backend, store, config, api_key: None, shutdown }
+    TestApp { base, client: reqwest::Client::new(), clock, storage, store, config, api_key: None, shutdown }
 }
 
 impl TestApp {
     /// The Postgres store, or None (with a note on stderr) on the embedded
     /// backend: for tests of what only the Postgres backend has.
     pub fn postgres_only(&self, what: &str) -> Option<&PgStore> {
-        let pg = self.backend.pg();
+        let pg = self.storage.pg();
         if pg.is_none() {
             eprintln!("skipped on the embedded backend: {what} is Postgres-only");
         }
@@ -167,7 +167,7 @@ impl TestApp {
             base: self.base.clone(),
             client: self.client.clone(),
             clock: self.clock.clone(),
-            backend: self.backend.clone(),
+            storage: self.storage.clone(),
             store: self.store.clone(),
             config: self.config.clone(),
             api_key: Some(key.to_string()),

@@ -317,7 +317,7 @@ async fn delete_removes_the_row_and_every_redis_copy() {
     let app = spawn_app().await;
     // On the embedded backend working memory is a table and the skill cache
     // a map in the process: there are no Redis copies to look at.
-    let redis = match app.backend.pg() {
+    let redis = match app.storage.pg() {
         Some(_) => Some(app.redis().await),
         None => None,
     };

@@ -80,11 +80,11 @@ async fn a_model_change_reembeds_in_the_background_and_never_mixes_vector_spaces
             .all(|h| h.memory.embedding_model.as_deref() == Some(&model))
     );
     assert!(hits.hits.iter().any(|h| h.memory.content == "The user's cat is called Miso" && h.text_rank.is_some()));
-    assert!(new.backend.reembed_pending(&model).await.unwrap() > 0);
+    assert!(new.storage.maintenance.reembed_pending(&model).await.unwrap() > 0);
 
     // Step the job until nothing is pending.
     let job = Reembed {
-        store: new.backend.clone(),
+        store: new.storage.clone(),
         embedder: embedder.clone(),
         clock: std::sync::Arc::new(engram::clock::SystemClock),
         batch: 500,
@@ -95,7 +95,7 @@ async fn a_model_change_reembeds_in_the_background_and_never_mixes_vector_spaces
             break;
         }
     }
-    assert_eq!(new.backend.reembed_pending(&model).await.unwrap(), 0);
+    assert_eq!(new.storage.maintenance.reembed_pending(&model).await.unwrap(), 0);
 
     // After: every memory is in e5's space and found by vector.
     let hits = new.store.search(&tenant, &query, now).await.unwrap();

@@ -87,12 +87,12 @@ async fn fill(app: &TestApp) {
 
 async fn export(app: &TestApp, tenant: &str, vectors: bool) -> Vec<u8> {
     let mut out = Vec::new();
-    transfer::export(&app.backend, tenant, vectors, &mut out, Utc::now()).await.unwrap();
+    transfer::export(&app.storage, tenant, vectors, &mut out, Utc::now()).await.unwrap();
     out
 }
 
 async fn import(app: &TestApp, file: &[u8]) -> ImportSummary {
-    transfer::import(&app.backend, Some(&tenant(app)), file, Utc::now()).await.unwrap()
+    transfer::import(&app.storage, Some(&tenant(app)), file, Utc::now()).await.unwrap()
 }
 
 /// An export as (header without its time, records by id, end record).
@@ -173,7 +173,7 @@ async fn an_embedded_tenant_moves_to_postgres_and_back_unchanged() {
 
     // Old episodes went to their month's partition, not the DEFAULT one.
     let in_default: i64 = sqlx::query_scalar("SELECT count(*) FROM episodic_memory_default")
-        .fetch_one(pg.backend.pg().unwrap().pool())
+        .fetch_one(pg.storage.pg().unwrap().pool())
         .await
         .unwrap();
     assert_eq!(in_default, 0);
@@ -254,7 +254,7 @@ async fn without_vectors_imported_memories_wait_for_the_reembed_job() {
     import(&target, &file).await;
     let (_, records, _) = parse(&export(&target, &tenant(&target), false).await);
     assert!(records.values().next().unwrap()["embedding_model"].is_null());
-    assert_eq!(target.backend.reembed_pending("lexical-hash-v1-384").await.unwrap(), 1);
+    assert_eq!(target.storage.maintenance.reembed_pending("lexical-hash-v1-384").await.unwrap(), 1);
 }
 
 #[tokio::test]
@@ -265,12 +265,12 @@ async fn a_bad_line_is_named_and_nothing_of_its_batch_is_written() {
     let mut lines: Vec<&str> = file.lines().collect();
     lines.insert(2, r#"{"kind": "memory", "tier": "episodic", "content": "no id"}"#);
     let target = embedded_app(None).await;
-    let err = transfer::import(&target.backend, None, lines.join("\n").as_bytes(), Utc::now()).await.unwrap_err();
+    let err = transfer::import(&target.storage, None, lines.join("\n").as_bytes(), Utc::now()).await.unwrap_err();
     assert!(format!("{err:#}").contains("line 3"), "{err:#}");
     let (_, listed) = target.get_json("/v1/memories?agent_id=a").await;
     assert_eq!(listed["memories"], json!([]));
     // Not an export at all.
-    let err = transfer::import(&target.backend, None, &b"{\"a\": 1}\n"[..], Utc::now()).await.unwrap_err();
+    let err = transfer::import(&target.storage, None, &b"{\"a\": 1}\n"[..], Utc::now()).await.unwrap_err();
     assert!(format!("{err:#}").contains("line 1"), "{err:#}");
 }
 
@@ -283,6 +283,6 @@ async fn expired_memories_are_skipped_and_counted() {
     let target = embedded_app(Some(&tenant(&source))).await;
     // Two days later the working entry (24 hours) is past its time.
     let summary =
-        transfer::import(&target.backend, None, file.as_slice(), Utc::now() + Duration::days(2)).await.unwrap();
+        transfer::import(&target.storage, None, file.as_slice(), Utc::now() + Duration::days(2)).await.unwrap();
     assert_eq!(summary.tiers, counts([0, 1, 0, 0], [0; 4], [1, 0, 0, 0]));
 }

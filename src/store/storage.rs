@@ -1,0 +1,234 @@
+//! The configured storage: one handle per capability, each implemented once
+//! per backend, so a caller never asks which backend it has and a new
+//! operation is written once per backend instead of dispatched by hand.
+//!
+//! Must not: hold rules. A capability here is a primitive a backend performs;
+//! what to do with it (which rows to forget, in what order) is decided in
+//! `domain` and in the jobs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::postgres::PgStore;
+use super::redis::RedisStore;
+use super::sqlite::{LocalSkillCache, SqliteStore};
+use super::{Cursor, Maintenance, MemoryStore, SkillCache, StoreResult, StoredMemory, Transfer, WorkingMemory};
+use crate::domain::{Memory, Tier};
+
+/// Every capability of the active backend. Cheap to clone: handles only.
+#[derive(Clone)]
+pub struct Storage {
+    /// `postgres` or `embedded`, for logs and tests.
+    pub name: &'static str,
+    /// The persistent tiers.
+    pub memories: Arc<dyn MemoryStore>,
+    pub working: Arc<dyn WorkingMemory>,
+    pub skills: Arc<dyn SkillCache>,
+    /// Upkeep: model indexes, partitions, re-embedding, idempotency keys, closing.
+    pub maintenance: Arc<dyn Maintenance>,
+    /// Export and import.
+    pub transfer: Arc<dyn Transfer>,
+    /// The connection pool, for the pool gauges.
+    pub pool: DbPool,
+    /// The backend's own handle, for tests that look at its tables directly
+    /// and nothing else: operations go through the capabilities above.
+    raw: Raw,
+}
+
+#[derive(Clone)]
+enum Raw {
+    Postgres(PgStore),
+    Embedded(SqliteStore),
+}
+
+/// The connection pool of the active backend.
+#[derive(Clone)]
+pub enum DbPool {
+    Postgres(sqlx::PgPool),
+    Sqlite(sqlx::SqlitePool),
+}
+
+impl DbPool {
+    /// (open connections, idle connections).
+    pub fn connections(&self) -> (u32, usize) {
+        match self {
+            DbPool::Postgres(p) => (p.size(), p.num_idle()),
+            DbPool::Sqlite(p) => (p.size(), p.num_idle()),
+        }
+    }
+}
+
+impl Storage {
+    /// Postgres for the persistent tiers; Redis for working memory and the skill cache.
+    pub fn postgres(pg: PgStore, redis: RedisStore) -> Storage {
+        let both = Arc::new(PostgresRedis { pg: pg.clone(), redis: redis.clone() });
+        let redis = Arc::new(redis);
+        Storage {
+            name: "postgres",
+            memories: Arc::new(pg.clone()),
+            working: redis.clone(),
+            skills: redis,
+            maintenance: both.clone(),
+            transfer: both,
+            pool: DbPool::Postgres(pg.pool().clone()),
+            raw: Raw::Postgres(pg),
+        }
+    }
+
+    /// One SQLite database for everything; skills cached in the process for
+    /// `skill_ttl`, at most `skill_entries` of them.
+    pub fn embedded(store: SqliteStore, skill_ttl: Duration, skill_entries: usize) -> Storage {
+        let handle = Arc::new(store.clone());
+        Storage {
+            name: "embedded",
+            memories: handle.clone(),
+            working: Arc::new(store.working_memory()),
+            skills: Arc::new(LocalSkillCache::new(skill_ttl, skill_entries)),
+            maintenance: handle.clone(),
+            transfer: handle,
+            pool: DbPool::Sqlite(store.pool().clone()),
+            raw: Raw::Embedded(store),
+        }
+    }
+
+    /// The Postgres store when that is the backend (for tests that read its tables).
+    pub fn pg(&self) -> Option<&PgStore> {
+        match &self.raw {
+            Raw::Postgres(pg) => Some(pg),
+            Raw::Embedded(_) => None,
+        }
+    }
+
+    /// The SQLite store when that is the backend (for tests that read its
+    /// tables and in-process indexes).
+    pub fn sqlite(&self) -> Option<&SqliteStore> {
+        match &self.raw {
+            Raw::Postgres(_) => None,
+            Raw::Embedded(s) => Some(s),
+        }
+    }
+}
+
+/// The Postgres backend's capabilities that span both of its stores.
+struct PostgresRedis {
+    pg: PgStore,
+    redis: RedisStore,
+}
+
+#[async_trait]
+impl Maintenance for PostgresRedis {
+    async fn prepare_model(&self, model: &str, dimensions: usize) -> anyhow::Result<()> {
+        self.pg.ensure_model(model, dimensions).await
+    }
+
+    async fn ensure_partitions(&self, now: DateTime<Utc>, ahead: u32) -> anyhow::Result<i32> {
+        self.pg.ensure_partitions(now, ahead).await
+    }
+
+    async fn reembed_pending(&self, model: &str) -> StoreResult<i64> {
+        self.pg.reembed_pending(model).await
+    }
+
+    async fn reembed_batch(
+        &self,
+        tier: Tier,
+        embedder: &dyn crate::embed::Embedder,
+        batch: usize,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<usize> {
+        self.pg.reembed_batch(tier, embedder, batch, now).await
+    }
+
+    async fn forget_idempotency_keys(&self, now: DateTime<Utc>) -> anyhow::Result<u64> {
+        self.pg.forget_idempotency_keys(now).await
+    }
+
+    async fn close(&self) {
+        self.redis.shutdown().await;
+        self.pg.pool().close().await;
+    }
+}
+
+#[async_trait]
+impl Transfer for PostgresRedis {
+    async fn export_page(
+        &self,
+        tenant: &str,
+        tier: Tier,
+        after: Option<Cursor>,
+        limit: usize,
+        vectors: bool,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<StoredMemory>> {
+        self.pg.export_page(tenant, tier, after, limit, vectors, now).await
+    }
+
+    async fn import_batch(&self, tenant: &str, rows: &[StoredMemory]) -> anyhow::Result<Vec<bool>> {
+        self.pg.import_batch(tenant, rows).await
+    }
+
+    async fn working_entries(&self, tenant: &str) -> StoreResult<Vec<Memory>> {
+        self.redis.entries(tenant).await
+    }
+}
+
+#[async_trait]
+impl Maintenance for SqliteStore {
+    async fn prepare_model(&self, _model: &str, _dimensions: usize) -> anyhow::Result<()> {
+        // The in-process vector index groups rows by model as they come.
+        Ok(())
+    }
+
+    async fn ensure_partitions(&self, _now: DateTime<Utc>, _ahead: u32) -> anyhow::Result<i32> {
+        // One table per tier; nothing is partitioned.
+        Ok(0)
+    }
+
+    async fn reembed_pending(&self, model: &str) -> StoreResult<i64> {
+        SqliteStore::reembed_pending(self, model).await
+    }
+
+    async fn reembed_batch(
+        &self,
+        tier: Tier,
+        embedder: &dyn crate::embed::Embedder,
+        batch: usize,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<usize> {
+        SqliteStore::reembed_batch(self, tier, embedder, batch, now).await
+    }
+
+    async fn forget_idempotency_keys(&self, now: DateTime<Utc>) -> anyhow::Result<u64> {
+        SqliteStore::forget_idempotency_keys(self, now).await
+    }
+
+    async fn close(&self) {
+        SqliteStore::close(self).await
+    }
+}
+
+#[async_trait]
+impl Transfer for SqliteStore {
+    async fn export_page(
+        &self,
+        tenant: &str,
+        tier: Tier,
+        after: Option<Cursor>,
+        limit: usize,
+        vectors: bool,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<StoredMemory>> {
+        SqliteStore::export_page(self, tenant, tier, after, limit, vectors, now).await
+    }
+
+    async fn import_batch(&self, tenant: &str, rows: &[StoredMemory]) -> anyhow::Result<Vec<bool>> {
+        SqliteStore::import_batch(self, tenant, rows).await
+    }
+
+    async fn working_entries(&self, tenant: &str) -> StoreResult<Vec<Memory>> {
+        self.working_memory().entries(tenant).await
+    }
+}
