@@ -5,7 +5,6 @@
 
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -144,7 +143,13 @@ impl MemoryService {
                 }
             })
             .collect();
-        let working: Vec<Memory> = working_idx.iter().map(|&i| working_memory(&memories[i], now)).collect();
+        let working: Vec<Memory> = working_idx
+            .iter()
+            .map(|&i| {
+                let m = &memories[i];
+                crate::domain::rows::new_row(m, now, m.retention.expires_at(now), crate::domain::facts::Source::Agent)
+            })
+            .collect();
 
         if !working.is_empty() {
             self.working.append(tenant, &working, now).await?;
@@ -317,49 +322,4 @@ fn replay(previous: StoredResponse, key: &IdempotencyKey) -> ServiceResult<Writt
         return Err(ServiceError::IdempotencyKeyReused);
     }
     Ok(Written::Replayed { status: previous.status, body: previous.body })
-}
-
-/// A working-memory entry as stored in Redis.
-fn working_memory(m: &NewMemory, now: DateTime<Utc>) -> Memory {
-    Memory {
-        id: m.id,
-        tier: Tier::Working,
-        agent_id: m.agent_id.clone(),
-        user_id: m.user_id.clone(),
-        session_id: m.session_id.clone(),
-        content: m.content.clone(),
-        importance: m.importance,
-        retention: m.retention,
-        metadata: m.metadata.clone(),
-        private: m.private,
-        occurred_at: m.occurred_at.unwrap_or(now),
-        created_at: now,
-        updated_at: now,
-        expires_at: m.retention.expires_at(now),
-        access_count: 0,
-        last_accessed_at: None,
-        embedding_model: None,
-        event_type: None,
-        outcome: None,
-        namespace: None,
-        subject: None,
-        predicate: None,
-        object: None,
-        confidence: None,
-        valid_from: None,
-        valid_until: None,
-        supersedes: None,
-        source_episode_id: None,
-        source: None,
-        contested_by: None,
-        skill_name: None,
-        trigger_pattern: None,
-        policy: None,
-        tool_sequence: None,
-        success_count: None,
-        failure_count: None,
-        success_rate: None,
-        avg_reward: None,
-        version: None,
-    }
 }
