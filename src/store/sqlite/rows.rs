@@ -64,7 +64,7 @@ pub struct MemoryRow {
     user_id: Option<String>,
     session_id: Option<String>,
     content: String,
-    importance: f32,
+    importance: f64,
     retention: String,
     metadata: String,
     private: bool,
@@ -81,7 +81,7 @@ pub struct MemoryRow {
     subject: Option<String>,
     predicate: Option<String>,
     object: Option<String>,
-    confidence: Option<f32>,
+    confidence: Option<f64>,
     source_episode_id: Option<Uuid>,
     supersedes: Option<Uuid>,
     valid_from: Option<i64>,
@@ -92,8 +92,8 @@ pub struct MemoryRow {
     tool_sequence: Option<String>,
     success_count: Option<i32>,
     failure_count: Option<i32>,
-    success_rate: Option<f32>,
-    avg_reward: Option<f32>,
+    success_rate: Option<f64>,
+    avg_reward: Option<f64>,
     version: Option<i32>,
 }
 

@@ -227,8 +227,8 @@ pub(super) async fn insert_semantic(
 /// Inserts a skill or updates the agent's skill of the same name: new text
 /// replaces the old, given fields replace theirs, an outcome moves the
 /// counters, a reward moves the running mean, the version increments.
-/// The arithmetic is done here rather than in SQL so that it rounds like
-/// Postgres: double precision, then stored as f32 (`real`).
+/// The arithmetic is done here, in double precision as Postgres does it,
+/// so that both backends store the same mean.
 pub(super) async fn upsert_procedural(
     conn: &mut SqliteConnection,
     tenant: &str,
@@ -244,7 +244,7 @@ pub(super) async fn upsert_procedural(
         _ => (0, 0),
     };
     // The stored skill's running-mean state and metadata, if it exists.
-    let existing: Option<(Uuid, i64, f32, String)> = sqlx::query_as(
+    let existing: Option<(Uuid, i64, f64, String)> = sqlx::query_as(
         "select id, reward_count, avg_reward, metadata from memories where tenant_id = ? and tier = 'procedural' \
          and agent_id = ? and skill_name = ?",
     )
@@ -296,9 +296,7 @@ pub(super) async fn upsert_procedural(
         Some((old_id, reward_count, old_avg, old_metadata)) => {
             let avg_reward = match m.reward {
                 None => old_avg,
-                Some(r) => {
-                    ((f64::from(old_avg) * reward_count as f64 + f64::from(r)) / (reward_count + 1) as f64) as f32
-                }
+                Some(r) => (old_avg * reward_count as f64 + r) / (reward_count + 1) as f64,
             };
             // `p.metadata || EXCLUDED.metadata`: a shallow merge, new keys win.
             let mut metadata: Map<String, Value> =
