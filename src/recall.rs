@@ -353,7 +353,7 @@ impl MemoryService {
             let components = Components {
                 relevance,
                 recency: scoring::recency(memory.occurred_at, now),
-                importance: f64::from(memory.importance),
+                importance: memory.importance,
                 frequency: scoring::frequency(memory.access_count),
                 tier_bonus: scoring::tier_bonus(memory.tier),
             };

@@ -135,7 +135,7 @@ pub struct Row {
     pub agent: String,
     pub content: String,
     pub hash: String,
-    pub importance: f32,
+    pub importance: f64,
     pub retention: Retention,
     pub occurred_at: DateTime<Utc>,
     pub created_at: DateTime<Utc>,
@@ -195,7 +195,7 @@ pub fn rows_of(planned: &[Planned], tier: Tier, now: DateTime<Utc>) -> Vec<Row> 
                 agent: p.agent.clone(),
                 content: p.text.clone(),
                 hash: content_hash(&p.text),
-                importance: (rng.random_range(0.2f32..0.9) * 100.0).round() / 100.0,
+                importance: (f64::from(rng.random_range(0.2f32..0.9)) * 100.0).round() / 100.0,
                 retention,
                 occurred_at,
                 created_at,
@@ -212,7 +212,7 @@ pub fn rows_of(planned: &[Planned], tier: Tier, now: DateTime<Utc>) -> Vec<Row> 
 }
 
 /// The UNNEST columns every tier shares, $3 to $12; each tier's own follow from $13.
-const COMMON_ARRAYS: &str = "$3::uuid[], $4::text[], $5::text[], $6::text[], $7::real[], $8::vector[], $9::text[], \
+const COMMON_ARRAYS: &str = "$3::uuid[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::vector[], $9::text[], \
     $10::timestamptz[], $11::timestamptz[], $12::timestamptz[]";
 const COMMON_NAMES: &str =
     "id, agent_id, content, content_hash, importance, embedding, retention, occurred_at, created_at, expires_at";

@@ -24,22 +24,22 @@ fn columns(tier: Tier) -> String {
     match tier {
         Tier::Episodic => format!(
             "'episodic'::text AS tier, {COMMON}, event_type, outcome, NULL::text AS namespace, NULL::text AS subject, \
-             NULL::text AS predicate, NULL::text AS object, NULL::real AS confidence, NULL::timestamptz AS valid_from, \
+             NULL::text AS predicate, NULL::text AS object, NULL::float8 AS confidence, NULL::timestamptz AS valid_from, \
              NULL::timestamptz AS valid_until, NULL::uuid AS supersedes, NULL::uuid AS source_episode_id, \
              NULL::text AS skill_name, NULL::text AS trigger_pattern, NULL::jsonb AS policy, NULL::jsonb AS tool_sequence, \
-             NULL::integer AS success_count, NULL::integer AS failure_count, NULL::real AS success_rate, \
-             NULL::real AS avg_reward, NULL::integer AS version"
+             NULL::integer AS success_count, NULL::integer AS failure_count, NULL::float8 AS success_rate, \
+             NULL::float8 AS avg_reward, NULL::integer AS version"
         ),
         Tier::Semantic => format!(
             "'semantic'::text AS tier, {COMMON}, NULL::text AS event_type, NULL::text AS outcome, namespace, subject, \
              predicate, object, confidence, valid_from, valid_until, supersedes, source_episode_id, \
              NULL::text AS skill_name, NULL::text AS trigger_pattern, NULL::jsonb AS policy, NULL::jsonb AS tool_sequence, \
-             NULL::integer AS success_count, NULL::integer AS failure_count, NULL::real AS success_rate, \
-             NULL::real AS avg_reward, NULL::integer AS version"
+             NULL::integer AS success_count, NULL::integer AS failure_count, NULL::float8 AS success_rate, \
+             NULL::float8 AS avg_reward, NULL::integer AS version"
         ),
         Tier::Procedural => format!(
             "'procedural'::text AS tier, {COMMON}, NULL::text AS event_type, NULL::text AS outcome, NULL::text AS namespace, \
-             NULL::text AS subject, NULL::text AS predicate, NULL::text AS object, NULL::real AS confidence, \
+             NULL::text AS subject, NULL::text AS predicate, NULL::text AS object, NULL::float8 AS confidence, \
              NULL::timestamptz AS valid_from, NULL::timestamptz AS valid_until, NULL::uuid AS supersedes, \
              NULL::uuid AS source_episode_id, skill_name, trigger_pattern, policy, tool_sequence, success_count, \
              failure_count, success_rate, avg_reward, version"

@@ -25,7 +25,7 @@ pub struct ClassifyInput<'a> {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Classification {
     pub tier: Tier,
-    pub importance: f32,
+    pub importance: f64,
 }
 
 #[async_trait]
@@ -33,7 +33,7 @@ pub trait Classifier: Send + Sync {
     /// Picks the tier of a write that named none.
     async fn tier(&self, input: &ClassifyInput<'_>) -> Tier;
     /// Scores the importance (0 to 1) of a write of `tier` that gave none.
-    async fn importance(&self, tier: Tier, input: &ClassifyInput<'_>) -> f32;
+    async fn importance(&self, tier: Tier, input: &ClassifyInput<'_>) -> f64;
 }
 
 /// The rule-based classifier.
@@ -89,9 +89,9 @@ impl RuleClassifier {
         if statement { Tier::Semantic } else { Tier::Episodic }
     }
 
-    pub fn importance_of(tier: Tier, input: &ClassifyInput<'_>) -> f32 {
+    pub fn importance_of(tier: Tier, input: &ClassifyInput<'_>) -> f64 {
         let w = words(input.content);
-        let mut score: f32 = match tier {
+        let mut score: f64 = match tier {
             Tier::Working => 0.4,
             Tier::Episodic => 0.5,
             Tier::Semantic | Tier::Procedural => 0.6,
@@ -120,7 +120,7 @@ impl Classifier for RuleClassifier {
         Self::tier_of(input)
     }
 
-    async fn importance(&self, tier: Tier, input: &ClassifyInput<'_>) -> f32 {
+    async fn importance(&self, tier: Tier, input: &ClassifyInput<'_>) -> f64 {
         Self::importance_of(tier, input)
     }
 }

@@ -17,7 +17,7 @@ pub struct Draft {
     pub user_id: Option<String>,
     pub session_id: Option<String>,
     pub content: String,
-    pub importance: Option<f32>,
+    pub importance: Option<f64>,
     pub retention: Option<Retention>,
     pub metadata: Map<String, Value>,
     pub private: bool,
@@ -27,13 +27,13 @@ pub struct Draft {
     pub subject: Option<String>,
     pub predicate: Option<String>,
     pub object: Option<String>,
-    pub confidence: Option<f32>,
+    pub confidence: Option<f64>,
     pub source_episode_id: Option<Uuid>,
     pub skill_name: Option<String>,
     pub trigger_pattern: Option<String>,
     pub policy: Option<Value>,
     pub tool_sequence: Option<Value>,
-    pub reward: Option<f32>,
+    pub reward: Option<f64>,
 }
 
 impl Draft {
@@ -57,7 +57,7 @@ impl Draft {
 
     /// Checks the fields against the decided tier and builds the write.
     /// `at` is the JSON pointer of this draft (`""` or `/memories/3`).
-    pub fn finish(self, at: &str, tier: Tier, importance: f32) -> Result<NewMemory, FieldError> {
+    pub fn finish(self, at: &str, tier: Tier, importance: f64) -> Result<NewMemory, FieldError> {
         let not_for = |field: &str, tiers: &str| {
             FieldError::new(format!("{at}/{field}"), format!("applies to {tiers} memories only, not {}", tier.as_str()))
         };

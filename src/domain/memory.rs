@@ -173,7 +173,7 @@ pub struct Memory {
     /// The text: the interaction, the fact, or what the skill does.
     pub content: String,
     /// 0 to 1.
-    pub importance: f32,
+    pub importance: f64,
     pub retention: Retention,
     #[schema(value_type = Object)]
     pub metadata: Map<String, Value>,
@@ -208,7 +208,7 @@ pub struct Memory {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub object: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub confidence: Option<f32>,
+    pub confidence: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub valid_from: Option<DateTime<Utc>>,
     /// Set when a newer fact superseded this one.
@@ -245,9 +245,9 @@ pub struct Memory {
     pub failure_count: Option<i32>,
     /// success / (success + failure); 0 before any outcome.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub success_rate: Option<f32>,
+    pub success_rate: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub avg_reward: Option<f32>,
+    pub avg_reward: Option<f64>,
     /// Incremented on every upsert of the skill.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<i32>,
@@ -279,7 +279,7 @@ pub struct NewMemory {
     pub user_id: Option<String>,
     pub session_id: Option<String>,
     pub content: String,
-    pub importance: f32,
+    pub importance: f64,
     pub retention: Retention,
     pub metadata: Map<String, Value>,
     pub private: bool,
@@ -289,13 +289,13 @@ pub struct NewMemory {
     pub subject: Option<String>,
     pub predicate: Option<String>,
     pub object: Option<String>,
-    pub confidence: Option<f32>,
+    pub confidence: Option<f64>,
     pub source_episode_id: Option<Uuid>,
     pub skill_name: Option<String>,
     pub trigger_pattern: Option<String>,
     pub policy: Option<Value>,
     pub tool_sequence: Option<Value>,
-    pub reward: Option<f32>,
+    pub reward: Option<f64>,
 }
 
 impl NewMemory {
@@ -316,7 +316,7 @@ pub fn namespace(agent_id: &str, user_id: Option<&str>) -> String {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MemoryPatch {
     pub content: Option<String>,
-    pub importance: Option<f32>,
+    pub importance: Option<f64>,
     /// A JSON merge patch (RFC 7396) applied to the stored metadata.
     pub metadata: Option<Map<String, Value>>,
     pub retention: Option<Retention>,

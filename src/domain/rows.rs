@@ -63,7 +63,7 @@ pub fn new_row(m: &NewMemory, now: DateTime<Utc>, expires_at: Option<DateTime<Ut
 }
 
 /// A fact's confidence when the writer gives none.
-pub const DEFAULT_CONFIDENCE: f32 = 0.7;
+pub const DEFAULT_CONFIDENCE: f64 = 0.7;
 
 /// How one reported outcome moves a skill's (success, failure) counters.
 fn outcome_counts(outcome: Option<Outcome>) -> (i32, i32) {
@@ -74,10 +74,9 @@ fn outcome_counts(outcome: Option<Outcome>) -> (i32, i32) {
     }
 }
 
-/// success / (success + failure); 0 before any outcome. Computed in single
-/// precision, as the stored column is.
-pub fn success_rate(success: i32, failure: i32) -> f32 {
-    if success + failure == 0 { 0.0 } else { success as f32 / (success + failure) as f32 }
+/// success / (success + failure); 0 before any outcome.
+pub fn success_rate(success: i32, failure: i32) -> f64 {
+    if success + failure == 0 { 0.0 } else { f64::from(success) / f64::from(success + failure) }
 }
 
 /// A stored skill and how many rewards its `avg_reward` averages.
@@ -92,7 +91,7 @@ pub struct SkillState {
 /// counters, a reward moves the running mean, metadata merges shallowly (new
 /// keys win), and the version goes up by one. The id, the ingestion time and
 /// the access statistics stay. `upserted` is the new row as `new_row` built it.
-pub fn upsert_skill(stored: &SkillState, upserted: &Memory, reward: Option<f32>) -> SkillState {
+pub fn upsert_skill(stored: &SkillState, upserted: &Memory, reward: Option<f64>) -> SkillState {
     let old = &stored.skill;
     let (success, failure) = (
         old.success_count.unwrap_or(0) + upserted.success_count.unwrap_or(0),
@@ -125,10 +124,9 @@ pub fn upsert_skill(stored: &SkillState, upserted: &Memory, reward: Option<f32>)
     SkillState { skill, reward_count }
 }
 
-/// The mean of `count` rewards averaging `mean`, and one more. Worked in
-/// double precision and stored in single, as the column is.
-fn running_mean(mean: f32, count: i32, reward: f32) -> f32 {
-    ((f64::from(mean) * f64::from(count) + f64::from(reward)) / f64::from(count + 1)) as f32
+/// The mean of `count` rewards averaging `mean`, and one more.
+fn running_mean(mean: f64, count: i32, reward: f64) -> f64 {
+    (mean * f64::from(count) + reward) / f64::from(count + 1)
 }
 
 #[cfg(test)]
@@ -138,7 +136,7 @@ mod tests {
     use serde_json::json;
     use uuid::Uuid;
 
-    fn skill_write(content: &str, outcome: Option<Outcome>, reward: Option<f32>) -> NewMemory {
+    fn skill_write(content: &str, outcome: Option<Outcome>, reward: Option<f64>) -> NewMemory {
         NewMemory {
             id: Uuid::from_u128(7),
             tier: Tier::Procedural,
@@ -207,9 +205,9 @@ mod tests {
     }
 
     #[test]
-    fn the_running_mean_is_worked_in_double_precision() {
-        // (0.1 * 3 + 0.2) / 4 = 0.125 exactly in f64; f32 arithmetic would drift.
-        assert_eq!(running_mean(0.1, 3, 0.2), 0.125);
+    fn the_running_mean_adds_one_reward() {
+        // (0.5 * 3 + 0.25) / 4 = 0.4375, exact in binary.
+        assert_eq!(running_mean(0.5, 3, 0.25), 0.4375);
         assert_eq!(running_mean(0.0, 0, -1.0), -1.0);
     }
 }

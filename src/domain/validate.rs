@@ -79,19 +79,19 @@ pub fn content(field: &str, value: &str) -> Check<()> {
 }
 
 /// A number in [0, 1] (importance, confidence).
-pub fn unit_interval(field: &str, value: f64) -> Check<f32> {
+pub fn unit_interval(field: &str, value: f64) -> Check<f64> {
     if !value.is_finite() || !(0.0..=1.0).contains(&value) {
         return Err(FieldError::new(field, "must be a number between 0 and 1"));
     }
-    Ok(value as f32)
+    Ok(value)
 }
 
 /// A reward in [-1, 1].
-pub fn reward(field: &str, value: f64) -> Check<f32> {
+pub fn reward(field: &str, value: f64) -> Check<f64> {
     if !value.is_finite() || !(-1.0..=1.0).contains(&value) {
         return Err(FieldError::new(field, "must be a number between -1 and 1"));
     }
-    Ok(value as f32)
+    Ok(value)
 }
 
 /// Metadata: a JSON object of bounded size with non-empty keys.

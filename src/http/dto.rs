@@ -114,7 +114,7 @@ pub struct UpdateMemoryRequest {
     pub retention: Option<Retention>,
 }
 
-fn opt_unit(at: &str, name: &str, v: Option<f64>) -> Check<Option<f32>> {
+fn opt_unit(at: &str, name: &str, v: Option<f64>) -> Check<Option<f64>> {
     v.map(|x| validate::unit_interval(&format!("{at}/{name}"), x)).transpose()
 }
 

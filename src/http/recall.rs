@@ -123,8 +123,7 @@ fn search_params(
     if let Some(w) = &weights {
         w.check("/weights")?;
     }
-    let min_relevance =
-        min_relevance.map(|m| validate::unit_interval("/min_relevance", m).map(f64::from)).transpose()?;
+    let min_relevance = min_relevance.map(|m| validate::unit_interval("/min_relevance", m)).transpose()?;
     let filter = filter.unwrap_or(SearchFilter { metadata: None, since: None, until: None });
     Ok(SearchParams {
         agent_id,

@@ -218,7 +218,7 @@ async fn write_one(
 fn claim_of(m: &Memory) -> Claim {
     Claim {
         source: m.source.unwrap_or(facts::Source::Agent),
-        confidence: f64::from(m.confidence.unwrap_or(crate::domain::rows::DEFAULT_CONFIDENCE)),
+        confidence: m.confidence.unwrap_or(crate::domain::rows::DEFAULT_CONFIDENCE),
         recorded_at: m.created_at,
     }
 }

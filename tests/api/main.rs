@@ -6,6 +6,7 @@ mod contract;
 mod errors;
 mod helpers;
 mod memories;
+mod numbers;
 mod operations;
 mod recall;
 mod reembed;

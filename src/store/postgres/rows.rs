@@ -23,11 +23,11 @@ pub const NAMES: &str = "tier, id, agent_id, user_id, session_id, content, impor
 pub fn episodic_columns() -> String {
     format!(
         "'episodic'::text AS tier, {COMMON}, event_type, outcome, NULL::text AS namespace, NULL::text AS subject, \
-         NULL::text AS predicate, NULL::text AS object, NULL::real AS confidence, NULL::timestamptz AS valid_from, \
+         NULL::text AS predicate, NULL::text AS object, NULL::float8 AS confidence, NULL::timestamptz AS valid_from, \
          NULL::timestamptz AS valid_until, NULL::uuid AS supersedes, NULL::uuid AS source_episode_id, \
          NULL::text AS skill_name, NULL::text AS trigger_pattern, NULL::jsonb AS policy, NULL::jsonb AS tool_sequence, \
-         NULL::integer AS success_count, NULL::integer AS failure_count, NULL::real AS success_rate, \
-         NULL::real AS avg_reward, NULL::integer AS version, NULL::text AS source, NULL::uuid AS contested_by"
+         NULL::integer AS success_count, NULL::integer AS failure_count, NULL::float8 AS success_rate, \
+         NULL::float8 AS avg_reward, NULL::integer AS version, NULL::text AS source, NULL::uuid AS contested_by"
     )
 }
 
@@ -36,15 +36,15 @@ pub fn semantic_columns() -> String {
         "'semantic'::text AS tier, {COMMON}, NULL::text AS event_type, NULL::text AS outcome, namespace, subject, \
          predicate, object, confidence, valid_from, valid_until, supersedes, source_episode_id, \
          NULL::text AS skill_name, NULL::text AS trigger_pattern, NULL::jsonb AS policy, NULL::jsonb AS tool_sequence, \
-         NULL::integer AS success_count, NULL::integer AS failure_count, NULL::real AS success_rate, \
-         NULL::real AS avg_reward, NULL::integer AS version, source, contested_by"
+         NULL::integer AS success_count, NULL::integer AS failure_count, NULL::float8 AS success_rate, \
+         NULL::float8 AS avg_reward, NULL::integer AS version, source, contested_by"
     )
 }
 
 pub fn procedural_columns() -> String {
     format!(
         "'procedural'::text AS tier, {COMMON}, NULL::text AS event_type, NULL::text AS outcome, NULL::text AS namespace, \
-         NULL::text AS subject, NULL::text AS predicate, NULL::text AS object, NULL::real AS confidence, \
+         NULL::text AS subject, NULL::text AS predicate, NULL::text AS object, NULL::float8 AS confidence, \
          NULL::timestamptz AS valid_from, NULL::timestamptz AS valid_until, NULL::uuid AS supersedes, \
          NULL::uuid AS source_episode_id, skill_name, trigger_pattern, policy, tool_sequence, success_count, \
          failure_count, success_rate, avg_reward, version, NULL::text AS source, NULL::uuid AS contested_by"
@@ -77,7 +77,7 @@ pub struct MemoryRow {
     user_id: Option<String>,
     session_id: Option<String>,
     content: String,
-    importance: f32,
+    importance: f64,
     retention: String,
     metadata: sqlx::types::Json<Map<String, Value>>,
     private: bool,
@@ -94,7 +94,7 @@ pub struct MemoryRow {
     subject: Option<String>,
     predicate: Option<String>,
     object: Option<String>,
-    confidence: Option<f32>,
+    confidence: Option<f64>,
     valid_from: Option<DateTime<Utc>>,
     valid_until: Option<DateTime<Utc>>,
     supersedes: Option<Uuid>,
@@ -105,8 +105,8 @@ pub struct MemoryRow {
     tool_sequence: Option<Value>,
     success_count: Option<i32>,
     failure_count: Option<i32>,
-    success_rate: Option<f32>,
-    avg_reward: Option<f32>,
+    success_rate: Option<f64>,
+    avg_reward: Option<f64>,
     version: Option<i32>,
     source: Option<String>,
     contested_by: Option<Uuid>,

@@ -228,3 +228,33 @@ async fn delete_removes_the_row_its_vector_and_its_text() {
     assert!(matches!(store.delete("t1", m.id).await, Err(StoreError::NotFound)));
     assert_eq!(store.inner.vectors.read().unwrap().len(), 0);
 }
+
+#[tokio::test]
+async fn migration_0003_rounds_numbers_stored_through_4_byte_floats_to_what_was_written() {
+    let dir = TempDir::new();
+    let store = open(&dir).await;
+    // What engram stored before: the client's decimals widened from f32.
+    let widened = |x: f64| f64::from(x as f32);
+    let mut fact = new_memory(Tier::Semantic, "a", "The lemon tree stands on the balcony.");
+    fact.importance = widened(0.4);
+    fact.confidence = Some(widened(0.9));
+    let mut skill = new_memory(Tier::Procedural, "a", "Water the lemon tree weekly.");
+    skill.skill_name = Some("water".into());
+    skill.importance = widened(0.002877);
+    skill.reward = Some(widened(-0.3));
+    let fact = write_one(&store, "t1", prepared(fact, None), at(0)).await;
+    let skill = write_one(&store, "t1", prepared(skill, None), at(0)).await;
+    assert_eq!(fact.importance, 0.4000000059604645);
+
+    // Run 0003 again on these rows, as on a database written before it.
+    sqlx::query("delete from _sqlx_migrations where version = 3").execute(store.pool()).await.unwrap();
+    store.close().await;
+    drop(store);
+    let store = open(&dir).await;
+
+    let fact = store.get("t1", fact.id, at(1)).await.unwrap();
+    assert_eq!((fact.importance, fact.confidence), (0.4, Some(0.9)));
+    let skill = store.get("t1", skill.id, at(1)).await.unwrap();
+    // SQLite's own round(x, 6) would give 0.0028770000000000002 here.
+    assert_eq!((skill.importance, skill.avg_reward), (0.002877, Some(-0.3)));
+}

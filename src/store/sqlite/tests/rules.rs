@@ -44,7 +44,7 @@ async fn identical_valid_facts_are_deduplicated_but_an_expired_one_is_replaced()
 async fn a_fact_about_the_same_subject_and_predicate_supersedes_and_history_is_oldest_first() {
     let dir = TempDir::new();
     let store = open(&dir).await;
-    let fact = |content: &str, object: &str, confidence: f32| {
+    let fact = |content: &str, object: &str, confidence: f64| {
         let mut m = new_memory(Tier::Semantic, "a", content);
         m.subject = Some("Eve".into());
         m.predicate = Some("lives_in".into());
@@ -89,7 +89,7 @@ async fn a_fact_about_the_same_subject_and_predicate_supersedes_and_history_is_o
 async fn a_skill_is_upserted_by_name_with_counters_running_mean_and_version() {
     let dir = TempDir::new();
     let store = open(&dir).await;
-    let skill = |content: &str, outcome: Option<Outcome>, reward: Option<f32>, meta: Value| {
+    let skill = |content: &str, outcome: Option<Outcome>, reward: Option<f64>, meta: Value| {
         let mut m = new_memory(Tier::Procedural, "a", content);
         m.skill_name = Some("deploy".into());
         m.outcome = outcome;
@@ -117,7 +117,8 @@ async fn a_skill_is_upserted_by_name_with_counters_running_mean_and_version() {
     assert_eq!(v2.trigger_pattern.as_deref(), Some("deploy request"));
     assert_eq!(v2.user_id.as_deref(), Some("u1"));
     assert_eq!((v2.success_count, v2.failure_count, v2.success_rate), (Some(1), Some(1), Some(0.5)));
-    assert_eq!(v2.avg_reward, Some(((1.0f64 + f64::from(0.3f32)) / 2.0) as f32));
+    // (1.0 + 0.3) / 2 in double precision, as written: no rounding to 4-byte floats.
+    assert_eq!(v2.avg_reward, Some(0.65));
     assert_eq!(v2.version, Some(2));
     // Shallow merge: a key of the new metadata replaces the old value whole.
     assert_eq!(Value::Object(v2.metadata.clone()), json!({"a": 1, "b": {"y": 2}, "c": 3}));
@@ -132,9 +133,9 @@ async fn a_skill_is_upserted_by_name_with_counters_running_mean_and_version() {
     let v4 =
         write_one(&store, "t1", prepared(skill("Deploy.", Some(Outcome::Success), Some(0.0), json!({})), None), at(30))
             .await;
-    let two = f64::from(v3.avg_reward.unwrap());
-    assert_eq!(v4.avg_reward, Some(((two * 2.0 + 0.0) / 3.0) as f32));
-    assert!((v4.success_rate.unwrap() - 2.0 / 3.0).abs() < 1e-7);
+    // The running mean: (0.65 · 2 + 0.0) / 3, exactly as Postgres computes it.
+    assert_eq!(v4.avg_reward, Some((0.65 * 2.0 + 0.0) / 3.0));
+    assert_eq!(v4.success_rate, Some(2.0 / 3.0));
     // Still one row.
     let all = store.list("t1", &ListFilter { limit: 10, ..ListFilter::default() }, at(31)).await.unwrap();
     assert_eq!(ids(&all), vec![v1.id]);
