@@ -5,11 +5,16 @@
 --
 -- Every value stored so far was written from a JSON decimal and rounded into
 -- `real`, whose 24-bit mantissa keeps about 7 significant digits. Rounding
--- the widened value to 6 decimals (through numeric, which rounds in decimal)
--- recovers what the client wrote for every value of up to 6 decimals, which
--- is what clients send; anything finer was already lost to `real`. The
--- running means (avg_reward) and success_rate are computed, not written: 6
--- decimals is as near as `real` ever held them.
+-- the widened value to 6 decimals (through numeric, which rounds in decimal,
+-- half away from zero) recovers what the client wrote for every value of up
+-- to 6 decimals, which is what clients send; anything finer was already lost
+-- to `real`. avg_reward is a running mean, computed, not written: 6 decimals
+-- is as near as `real` ever held it. (success_rate is generated; see below.)
+--
+-- The value is widened to double precision before numeric: real::numeric
+-- keeps only 6 significant digits and would round twice (1.25e-05 stored as
+-- 1.2499999e-05 would become 0.000013), while double::numeric keeps 15, so
+-- the one rounding is the same as SQLite's migration 0003 makes.
 --
 -- ALTER COLUMN ... TYPE rewrites each table (and, on episodic_memory, every
 -- partition, which inherit the change), under an exclusive lock: it runs once,

@@ -1,7 +1,8 @@
 //! engram: a memory server for AI agents.
 //!
 //! A map of the crate, outside in:
-//! - [`http`]: routes, extractors, middleware, the OpenAPI document. No SQL.
+//! - [`http`]: routes, extractors, middleware, the OpenAPI document, and the
+//!   request and response types (the wire schema, apart from the domain's). No SQL.
 //! - [`service`]: what each operation means, across working memory and the
 //!   persistent store; [`recall`]: search, scoring and context assembly.
 //! - [`domain`]: tiers, retention, classification, validation: pure rules.

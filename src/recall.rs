@@ -46,7 +46,9 @@ pub struct SearchParams {
     pub min_relevance: Option<f64>,
 }
 
-#[derive(Debug, Clone, Serialize, ToSchema)]
+/// A recalled memory with its score (the API answers with
+/// `http::response::ScoredMemoryResponse`).
+#[derive(Debug, Clone)]
 pub struct ScoredMemory {
     pub memory: Memory,
     pub score: f64,

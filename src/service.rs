@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use uuid::Uuid;
 
 use crate::clock::Clock;
@@ -70,9 +70,11 @@ pub struct MemoryService {
     pub cardinality: crate::domain::facts::Cardinality,
 }
 
-/// The body of a write response, in request order.
+/// The body of a write response, in request order, as remembered for an
+/// idempotency key: the HTTP response's own JSON (`http::response`), so that
+/// a replay answers exactly what the first request did.
 pub fn write_body(items: &[WrittenMemory]) -> Value {
-    json!({ "memories": items })
+    crate::http::response::write_body(items)
 }
 
 impl MemoryService {

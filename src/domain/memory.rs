@@ -1,5 +1,6 @@
-//! The memory record as engram stores and returns it, the validated input of a
-//! write, and the enums (tier, retention, event type, outcome) with their rules.
+//! The memory record as engram stores and recalls it (the API answers with
+//! `http::response::MemoryResponse`), the validated input of a write, and the
+//! enums (tier, retention, event type, outcome) with their rules.
 
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
@@ -161,9 +162,14 @@ impl Outcome {
     }
 }
 
-/// A memory as engram returns it. Fields that belong to one tier only are
-/// absent from the JSON of the other tiers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+/// A memory as engram stores and recalls it. The API answers with
+/// `http::response::MemoryResponse`, built from this.
+///
+/// The serde derives are a storage encoding, not the wire schema: working
+/// memory and the skill cache keep memories as this JSON (in Redis, or in
+/// the embedded database), and export files carry it (`transfer`). Fields
+/// that belong to one tier only are left out of the other tiers' JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Memory {
     pub id: Uuid,
     pub tier: Tier,
@@ -172,10 +178,9 @@ pub struct Memory {
     pub session_id: Option<String>,
     /// The text: the interaction, the fact, or what the skill does.
     pub content: String,
-    /// 0 to 1.
+    /// 0 to 1, as written (or as the classifier scored it).
     pub importance: f64,
     pub retention: Retention,
-    #[schema(value_type = Object)]
     pub metadata: Map<String, Value>,
     /// Private memories are never shared with other agents.
     pub private: bool,
@@ -234,10 +239,8 @@ pub struct Memory {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger_pattern: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
     pub policy: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Vec<Object>>)]
     pub tool_sequence: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub success_count: Option<i32>,
@@ -261,10 +264,9 @@ impl Memory {
     }
 }
 
-/// A memory in a write response.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+/// A memory as a write left it.
+#[derive(Debug, Clone)]
 pub struct WrittenMemory {
-    #[serde(flatten)]
     pub memory: Memory,
     /// True when an identical fact already existed and its id is returned.
     pub deduplicated: bool,

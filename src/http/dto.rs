@@ -7,9 +7,10 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use super::response::MemoryResponse;
 use crate::domain::draft::Draft;
 use crate::domain::validate::{self, Check};
-use crate::domain::{EventType, Memory, MemoryPatch, Outcome, Retention, Tier, WrittenMemory};
+use crate::domain::{EventType, MemoryPatch, Outcome, Retention, Tier};
 
 /// One memory to write. Only `agent_id` and `content` are required; tier and
 /// importance are decided by the classifier when absent.
@@ -82,14 +83,8 @@ pub enum CreateMemoriesBody {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct WriteResponse {
-    /// In request order.
-    pub memories: Vec<WrittenMemory>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
 pub struct ListResponse {
-    pub memories: Vec<Memory>,
+    pub memories: Vec<MemoryResponse>,
     /// Pass as `cursor` for the next page; null on the last page.
     pub next_cursor: Option<String>,
 }
@@ -97,7 +92,7 @@ pub struct ListResponse {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct HistoryResponse {
     /// The fact's supersede chain, oldest first.
-    pub memories: Vec<Memory>,
+    pub memories: Vec<MemoryResponse>,
 }
 
 /// Fields to change; absent fields stay as they are.

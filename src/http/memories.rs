@@ -13,14 +13,14 @@ use uuid::Uuid;
 
 use super::dto::{
     BatchRequest, CreateMemoriesBody, CreateMemoryRequest, HistoryResponse, ListResponse, UpdateMemoryRequest,
-    WriteResponse,
 };
 use super::extract::{Tenant, ValidJson, from_value};
+use super::response::{MemoryResponse, WriteResponse, write_body};
 use crate::app::AppState;
+use crate::domain::Tier;
 use crate::domain::validate::{self, FieldError};
-use crate::domain::{Memory, Tier};
 use crate::error::{ApiError, ErrorBody};
-use crate::service::{Written, write_body};
+use crate::service::Written;
 use crate::store::{Cursor, IdempotencyKey, ListFilter};
 
 pub const DEFAULT_LIMIT: usize = 50;
@@ -101,7 +101,7 @@ pub async fn create_memories(
     get, path = "/v1/memories/{id}", tag = "memories",
     params(("id" = Uuid, Path, description = "Memory id")),
     responses(
-        (status = 200, body = Memory),
+        (status = 200, body = MemoryResponse),
         (status = 404, description = "No such memory for this tenant (or expired)", body = ErrorBody),
         (status = 422, description = "The id is not a UUID", body = ErrorBody),
     ),
@@ -111,9 +111,9 @@ pub async fn get_memory(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     Path(id): Path<String>,
-) -> Result<Json<Memory>, ApiError> {
+) -> Result<Json<MemoryResponse>, ApiError> {
     let id = parse_id(&id)?;
-    Ok(Json(state.service.get(&tenant, id).await?))
+    Ok(Json(state.service.get(&tenant, id).await?.into()))
 }
 
 /// Change content (re-embedded), importance, metadata (merge patch) or retention.
@@ -122,7 +122,7 @@ pub async fn get_memory(
     params(("id" = Uuid, Path, description = "Memory id")),
     request_body = UpdateMemoryRequest,
     responses(
-        (status = 200, body = Memory),
+        (status = 200, body = MemoryResponse),
         (status = 404, body = ErrorBody),
         (status = 409, description = "The new content duplicates another valid fact", body = ErrorBody),
         (status = 422, body = ErrorBody),
@@ -134,10 +134,10 @@ pub async fn update_memory(
     Tenant(tenant): Tenant,
     Path(id): Path<String>,
     body: ValidJson<serde_json::Value>,
-) -> Result<Json<Memory>, ApiError> {
+) -> Result<Json<MemoryResponse>, ApiError> {
     let id = parse_id(&id)?;
     let patch = from_value::<UpdateMemoryRequest>(body.value)?.into_patch()?;
-    Ok(Json(state.service.update(&tenant, id, patch).await?))
+    Ok(Json(state.service.update(&tenant, id, patch).await?.into()))
 }
 
 /// Delete a memory for good, with every copy (Redis included).
@@ -170,7 +170,8 @@ pub async fn memory_history(
     Path(id): Path<String>,
 ) -> Result<Json<HistoryResponse>, ApiError> {
     let id = parse_id(&id)?;
-    Ok(Json(HistoryResponse { memories: state.service.history(&tenant, id).await? }))
+    let memories = state.service.history(&tenant, id).await?;
+    Ok(Json(HistoryResponse { memories: memories.into_iter().map(MemoryResponse::from).collect() }))
 }
 
 /// List memories, newest first, with keyset pagination.
@@ -210,7 +211,7 @@ pub async fn list_memories(
     } else {
         None
     };
-    Ok(Json(ListResponse { memories, next_cursor }))
+    Ok(Json(ListResponse { memories: memories.into_iter().map(MemoryResponse::from).collect(), next_cursor }))
 }
 
 pub fn encode_cursor(c: Cursor) -> String {

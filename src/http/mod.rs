@@ -8,6 +8,7 @@ pub mod dto;
 pub mod extract;
 pub mod memories;
 pub mod recall;
+pub mod response;
 pub mod system;
 
 use std::time::{Duration, Instant};

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use super::extract::{Tenant, ValidJson, from_value};
+use super::response::ScoredMemoryResponse;
 use crate::app::AppState;
 use crate::domain::Tier;
 use crate::domain::context::{Allocation, PackedItem};
@@ -17,7 +18,7 @@ use crate::domain::scoring::Weights;
 use crate::domain::tokens::Encoding;
 use crate::domain::validate::{self, FieldError};
 use crate::error::{ApiError, ErrorBody};
-use crate::recall::{ContextParams, ContextUsage, ScoredMemory, SearchParams, Timings};
+use crate::recall::{ContextParams, ContextUsage, SearchParams, Timings};
 
 pub const DEFAULT_TOP_K: usize = 20;
 pub const MAX_TOP_K: usize = 200;
@@ -61,7 +62,7 @@ pub struct SearchRequest {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SearchResponse {
     /// Best first.
-    pub results: Vec<ScoredMemory>,
+    pub results: Vec<ScoredMemoryResponse>,
     pub timings: Timings,
 }
 
@@ -185,7 +186,8 @@ pub async fn search_memories(
         r.min_relevance,
     )?;
     let outcome = state.service.search(&tenant, &params).await?;
-    Ok(Json(SearchResponse { results: outcome.results, timings: outcome.timings }))
+    let results = outcome.results.into_iter().map(ScoredMemoryResponse::from).collect();
+    Ok(Json(SearchResponse { results, timings: outcome.timings }))
 }
 
 /// Build a context block that fits a token budget.

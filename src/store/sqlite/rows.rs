@@ -28,6 +28,9 @@ pub const COLUMNS: &str = "m.seq, m.id, m.tier, m.agent_id, m.user_id, m.session
 /// back as one (`json_group_array`): the driver passes rows over one at a
 /// time between threads, which for hundreds of rows costs more than the
 /// statement. Ids are hex (`Uuid` parses that form), booleans JSON booleans.
+/// SQLite writes a REAL into JSON with 15 significant digits: every number a
+/// client wrote comes back exact; a computed one (a running mean such as
+/// 1.3 / 3) can differ from the column's double in its 16th digit.
 pub const JSON_ROW: &str = "json_object('seq', m.seq, 'id', hex(m.id), 'tier', m.tier, 'agent_id', m.agent_id, \
     'user_id', m.user_id, 'session_id', m.session_id, 'content', m.content, \
     'importance', cast(m.importance as real), 'retention', m.retention, 'metadata', m.metadata, \

@@ -243,9 +243,16 @@ async fn a_write_dropped_at_any_point_is_either_absent_or_searchable() {
     let dir = TempDir::new();
     let store = open(&dir).await;
     let mut committed_after_drop = 0;
-    for polls in 0..80u32 {
-        let vector = [1.0, polls as f32 / 80.0];
-        let item = prepared(new_memory(Tier::Episodic, "a", &format!("zebra sighting {polls}")), emb("m1", &vector));
+    // Each attempt polls its write a few more times than the last before
+    // dropping it (cycling), so the drops sweep over every await of the
+    // write; it goes on until some drops have landed after the commit began.
+    for attempt in 0..3_000u32 {
+        if committed_after_drop >= 3 {
+            break;
+        }
+        let polls = attempt % 200;
+        let vector = [1.0, attempt as f32 / 3_000.0];
+        let item = prepared(new_memory(Tier::Episodic, "a", &format!("zebra sighting {attempt}")), emb("m1", &vector));
         let id = item.memory.id;
         let items = vec![item];
         let mut write = Box::pin(store.write("t1", &items, None, &render, at(0)));
@@ -255,7 +262,7 @@ async fn a_write_dropped_at_any_point_is_either_absent_or_searchable() {
                 finished = true;
                 break;
             }
-            tokio::time::sleep(std::time::Duration::from_micros(50)).await;
+            tokio::task::yield_now().await;
         }
         drop(write);
         // The next write transaction waits for the gate, so a commit still
@@ -263,11 +270,11 @@ async fn a_write_dropped_at_any_point_is_either_absent_or_searchable() {
         drop(store.begin().await.unwrap());
 
         let stored = store.get("t1", id, at(1)).await.is_ok();
-        let text = store.search("t1", &query("a", &format!("zebra sighting {polls}"), None), at(1)).await.unwrap();
+        let text = store.search("t1", &query("a", &format!("zebra sighting {attempt}"), None), at(1)).await.unwrap();
         let by_text = text.hits.iter().any(|h| h.memory.id == id);
         let near = store.search("t1", &query("a", "", emb("m1", &vector)), at(1)).await.unwrap();
         let by_vector = near.hits.iter().any(|h| h.memory.id == id);
-        assert_eq!((stored, stored), (by_text, by_vector), "after {polls} polls");
+        assert_eq!((stored, stored), (by_text, by_vector), "attempt {attempt}, dropped after {polls} polls");
         if stored && !finished {
             committed_after_drop += 1;
         }
