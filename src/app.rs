@@ -97,6 +97,7 @@ pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::
         relative_relevance: config.search.relative_relevance,
         context_candidates: config.search.context_candidates,
         access: Some(access),
+        retention: config.retention.policy(),
     };
     let state = AppState {
         service: Arc::new(service),
@@ -122,6 +123,7 @@ pub async fn open_storage(config: &Config, now: chrono::DateTime<chrono::Utc>) -
             working_max_entries: config.redis.working_max_entries,
             max_connections: config.embedded.max_connections,
             busy_timeout: Duration::from_millis(config.embedded.busy_timeout_ms),
+            retention: config.retention.policy(),
         };
         let store = SqliteStore::open(dir, &settings).await?;
         let shown = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
@@ -136,7 +138,7 @@ pub async fn open_storage(config: &Config, now: chrono::DateTime<chrono::Utc>) -
         if config.database.migrate_on_start {
             postgres::migrate(&pool).await?;
         }
-        let pg = PgStore::new(pool, config.idempotency.ttl_hours);
+        let pg = PgStore::new(pool, config.idempotency.ttl_hours, config.retention.policy());
         let created = pg
             .ensure_partitions(now, config.database.partitions_ahead_months)
             .await

@@ -15,7 +15,7 @@ use crate::domain::content::content_hash;
 use crate::domain::draft::Draft;
 use crate::domain::memory::merge_metadata;
 use crate::domain::validate::FieldError;
-use crate::domain::{Memory, MemoryPatch, NewMemory, Retention, Tier, WrittenMemory};
+use crate::domain::{Memory, MemoryPatch, NewMemory, Retention, RetentionPolicy, Tier, WrittenMemory};
 use crate::embed::{EmbedError, Embedder};
 use crate::store::{
     Embedding, IdempotencyKey, ListFilter, MemoryStore, PreparedMemory, SkillCache, StoreError, StoredResponse,
@@ -69,6 +69,9 @@ pub struct MemoryService {
     pub context_candidates: usize,
     /// Counts accesses off the request path; None counts nothing.
     pub access: Option<crate::recall::AccessRecorder>,
+    /// How long each retention keeps a memory (the expiry of writes and of
+    /// patches that change the retention).
+    pub retention: RetentionPolicy,
 }
 
 /// The body of a write response, in request order.
@@ -138,11 +141,13 @@ impl MemoryService {
             .zip(embeddings)
             .map(|(&i, embedding)| PreparedMemory {
                 content_hash: content_hash(&memories[i].content),
+                expires_at: self.retention.expires_at(memories[i].retention, now),
                 memory: memories[i].clone(),
                 embedding,
             })
             .collect();
-        let working: Vec<Memory> = working_idx.iter().map(|&i| working_memory(&memories[i], now)).collect();
+        let working: Vec<Memory> =
+            working_idx.iter().map(|&i| working_memory(&memories[i], &self.retention, now)).collect();
 
         if !working.is_empty() {
             self.working.append(tenant, &working, now).await?;
@@ -256,7 +261,7 @@ impl MemoryService {
                         FieldError::new("/retention", "working memory must expire; use long_term at most").into()
                     );
                 }
-                apply_patch(&mut m, &patch, now);
+                apply_patch(&mut m, &patch, &self.retention, now);
                 self.working.replace(tenant, &m, now).await?;
                 return Ok(m);
             }
@@ -318,7 +323,7 @@ fn replay(previous: StoredResponse, key: &IdempotencyKey) -> ServiceResult<Writt
 }
 
 /// A working-memory entry as stored in Redis.
-fn working_memory(m: &NewMemory, now: DateTime<Utc>) -> Memory {
+fn working_memory(m: &NewMemory, policy: &RetentionPolicy, now: DateTime<Utc>) -> Memory {
     Memory {
         id: m.id,
         tier: Tier::Working,
@@ -333,7 +338,7 @@ fn working_memory(m: &NewMemory, now: DateTime<Utc>) -> Memory {
         occurred_at: m.occurred_at.unwrap_or(now),
         created_at: now,
         updated_at: now,
-        expires_at: m.retention.expires_at(now),
+        expires_at: policy.expires_at(m.retention, now),
         access_count: 0,
         last_accessed_at: None,
         embedding_model: None,
@@ -360,7 +365,7 @@ fn working_memory(m: &NewMemory, now: DateTime<Utc>) -> Memory {
     }
 }
 
-fn apply_patch(m: &mut Memory, patch: &MemoryPatch, now: DateTime<Utc>) {
+fn apply_patch(m: &mut Memory, patch: &MemoryPatch, policy: &RetentionPolicy, now: DateTime<Utc>) {
     if let Some(c) = &patch.content {
         m.content = c.clone();
     }
@@ -372,7 +377,7 @@ fn apply_patch(m: &mut Memory, patch: &MemoryPatch, now: DateTime<Utc>) {
     }
     if let Some(r) = patch.retention {
         m.retention = r;
-        m.expires_at = r.expires_at(m.created_at);
+        m.expires_at = policy.expires_at(r, m.created_at);
     }
     m.updated_at = now;
 }

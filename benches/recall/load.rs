@@ -199,7 +199,7 @@ pub fn rows_of(planned: &[Planned], tier: Tier, now: DateTime<Utc>) -> Vec<Row> 
                 retention,
                 occurred_at,
                 created_at,
-                expires_at: retention.expires_at(created_at),
+                expires_at: engram::domain::RetentionPolicy::default().expires_at(retention, created_at),
                 event_type,
                 outcome,
                 session_id: format!("s-{}-{}", p.agent, created_at.format("%Y%m%d")),
@@ -500,7 +500,7 @@ async fn ensure_indexes(database_url: &str, model: &str) -> anyhow::Result<()> {
         .await
         .context("connecting to build indexes")?;
     let started = Instant::now();
-    PgStore::new(pool.clone(), 24).ensure_model(model, 384).await.context("ensure_model")?;
+    PgStore::new(pool.clone(), 24, Default::default()).ensure_model(model, 384).await.context("ensure_model")?;
     let took = started.elapsed().as_secs_f64();
     if took > 1.0 {
         eprintln!("load: HNSW indexes built in {took:.0} s");

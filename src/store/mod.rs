@@ -86,6 +86,8 @@ pub struct PreparedMemory {
     pub content_hash: String,
     /// The vector and the id of the model that made it.
     pub embedding: Option<Embedding>,
+    /// When it expires, under the retention policy at the time of the write.
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 /// A persistent memory as stored, with what `Memory` leaves out: the content

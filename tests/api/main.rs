@@ -9,6 +9,7 @@ mod memories;
 mod operations;
 mod recall;
 mod reembed;
+mod retention;
 mod schema;
 mod tenancy;
 mod transfer;

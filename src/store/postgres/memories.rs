@@ -108,7 +108,7 @@ impl PgStore {
             .bind(sqlx::types::Json(&m.metadata))
             .bind(m.occurred_at.unwrap_or(now))
             .bind(now)
-            .bind(m.retention.expires_at(now))
+            .bind(p.expires_at)
             .fetch_one(&mut **tx)
             .await
             .map_err(store_error)?;
@@ -206,7 +206,7 @@ impl PgStore {
         .bind(sqlx::types::Json(&m.metadata))
         .bind(m.occurred_at.unwrap_or(now))
         .bind(now)
-        .bind(m.retention.expires_at(now))
+        .bind(p.expires_at)
         .fetch_optional(&mut **tx)
         .await
         .map_err(store_error)?;
@@ -299,7 +299,7 @@ impl PgStore {
             .bind(sqlx::types::Json(&m.metadata))
             .bind(m.occurred_at.unwrap_or(now))
             .bind(now)
-            .bind(m.retention.expires_at(now))
+            .bind(p.expires_at)
             .fetch_one(&mut **tx)
             .await
             .map_err(store_error)?;
@@ -494,7 +494,7 @@ impl MemoryStore for PgStore {
         }
         if patch.retention.is_some() {
             qb.push(", retention = ").push_bind(retention.as_str());
-            qb.push(", expires_at = ").push_bind(retention.expires_at(current.created_at));
+            qb.push(", expires_at = ").push_bind(self.retention.expires_at(retention, current.created_at));
         }
         if let Some(content) = &patch.content {
             let (vector, model) = vector_of(embedding);

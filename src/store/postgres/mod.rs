@@ -20,6 +20,7 @@ use super::StoreError;
 use sqlx::AssertSqlSafe;
 
 use crate::config::{DatabaseConfig, SearchConfig};
+use crate::domain::RetentionPolicy;
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
@@ -34,6 +35,8 @@ pub struct PgStore {
     pool: PgPool,
     /// How long an idempotency key is remembered.
     idempotency_ttl: chrono::Duration,
+    /// Lifetimes per retention, for patches that change a memory's retention.
+    retention: RetentionPolicy,
 }
 
 /// Connects a pool (the server starts even if Postgres is momentarily down;
@@ -65,8 +68,8 @@ pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
 }
 
 impl PgStore {
-    pub fn new(pool: PgPool, idempotency_ttl_hours: u32) -> Self {
-        Self { pool, idempotency_ttl: chrono::Duration::hours(i64::from(idempotency_ttl_hours)) }
+    pub fn new(pool: PgPool, idempotency_ttl_hours: u32, retention: RetentionPolicy) -> Self {
+        Self { pool, idempotency_ttl: chrono::Duration::hours(i64::from(idempotency_ttl_hours)), retention }
     }
 
     pub fn pool(&self) -> &PgPool {

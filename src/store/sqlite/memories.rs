@@ -260,7 +260,8 @@ impl MemoryStore for SqliteStore {
         }
         if let Some(retention) = patch.retention {
             qb.push(", retention = ").push_bind(retention.as_str());
-            qb.push(", expires_at = ").push_bind(retention.expires_at(current.created_at).map(micros));
+            qb.push(", expires_at = ")
+                .push_bind(self.inner.retention.expires_at(retention, current.created_at).map(micros));
         }
         if let Some(content) = &patch.content {
             let (vector, model) = vector_of(embedding);

@@ -44,6 +44,7 @@ use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
 use super::StoreError;
+use crate::domain::RetentionPolicy;
 pub use text::TextIndex;
 pub use vectors::VectorIndex;
 pub use working::{LocalSkillCache, SqliteWorkingMemory};
@@ -62,6 +63,8 @@ pub struct SqliteSettings {
     pub max_connections: u32,
     /// How long a statement waits for a lock held by another connection.
     pub busy_timeout: Duration,
+    /// Lifetimes per retention, for patches that change a memory's retention.
+    pub retention: RetentionPolicy,
 }
 
 impl Default for SqliteSettings {
@@ -71,6 +74,7 @@ impl Default for SqliteSettings {
             working_max_entries: 500,
             max_connections: 4,
             busy_timeout: Duration::from_secs(5),
+            retention: RetentionPolicy::default(),
         }
     }
 }
@@ -98,6 +102,7 @@ struct Inner {
     /// Working-memory sessions recently read, parsed (see `working.rs`).
     sessions: std::sync::Mutex<working::SessionCache>,
     idempotency_ttl: chrono::Duration,
+    retention: RetentionPolicy,
     working_max_entries: usize,
     dir: PathBuf,
     /// The exclusive lock on `engram.lock`, released when the store is dropped.
@@ -159,6 +164,7 @@ impl SqliteStore {
                 text: RwLock::new(text),
                 sessions: Default::default(),
                 idempotency_ttl: chrono::Duration::hours(i64::from(settings.idempotency_ttl_hours)),
+                retention: settings.retention,
                 working_max_entries: settings.working_max_entries.max(1),
                 dir: dir.to_path_buf(),
                 _lock: lock,

@@ -114,7 +114,7 @@ pub(super) async fn insert_episodic(
     .bind(to_json_text(&m.metadata)?)
     .bind(micros(m.occurred_at.unwrap_or(now)))
     .bind(micros(now))
-    .bind(m.retention.expires_at(now).map(micros))
+    .bind(p.expires_at.map(micros))
     .fetch_one(&mut *conn)
     .await
     .map_err(store_error)?;
@@ -215,7 +215,7 @@ pub(super) async fn insert_semantic(
     .bind(m.private)
     .bind(to_json_text(&m.metadata)?)
     .bind(micros(now))
-    .bind(m.retention.expires_at(now).map(micros))
+    .bind(p.expires_at.map(micros))
     .fetch_one(&mut *conn)
     .await
     .map_err(store_error)?;
@@ -289,7 +289,7 @@ pub(super) async fn upsert_procedural(
         .bind(to_json_text(&m.metadata)?)
         .bind(micros(m.occurred_at.unwrap_or(now)))
         .bind(micros(now))
-        .bind(m.retention.expires_at(now).map(micros))
+        .bind(p.expires_at.map(micros))
         .fetch_one(&mut *conn)
         .await
         .map_err(store_error)?,
@@ -337,7 +337,7 @@ pub(super) async fn upsert_procedural(
             .bind(to_json_text(&metadata)?)
             .bind(micros(m.occurred_at.unwrap_or(now)))
             .bind(micros(now))
-            .bind(m.retention.expires_at(now).map(micros))
+            .bind(p.expires_at.map(micros))
             .fetch_one(&mut *conn)
             .await
             .map_err(store_error)?

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::{SqliteSettings, SqliteStore};
 use crate::domain::content::content_hash;
-use crate::domain::{Memory, NewMemory, Tier, WrittenMemory};
+use crate::domain::{Memory, NewMemory, RetentionPolicy, Tier, WrittenMemory};
 use crate::store::{Embedding, MemoryStore, PreparedMemory, SearchQuery, WriteOutcome};
 
 /// A data directory under the system temp dir, removed on drop.
@@ -77,8 +77,9 @@ pub(super) fn new_memory(tier: Tier, agent: &str, content: &str) -> NewMemory {
     }
 }
 
+/// A write of `memory`; `write` sets its expiry from the time of the write.
 pub(super) fn prepared(memory: NewMemory, embedding: Option<Embedding>) -> PreparedMemory {
-    PreparedMemory { content_hash: content_hash(&memory.content), memory, embedding }
+    PreparedMemory { content_hash: content_hash(&memory.content), memory, embedding, expires_at: None }
 }
 
 pub(super) fn emb(model: &str, vector: &[f32]) -> Option<Embedding> {
@@ -92,9 +93,12 @@ pub(super) fn render(written: &[WrittenMemory]) -> Value {
 pub(super) async fn write(
     store: &SqliteStore,
     tenant: &str,
-    items: Vec<PreparedMemory>,
+    mut items: Vec<PreparedMemory>,
     now: DateTime<Utc>,
 ) -> Vec<WrittenMemory> {
+    for p in &mut items {
+        p.expires_at = RetentionPolicy::default().expires_at(p.memory.retention, now);
+    }
     match store.write(tenant, &items, None, &render, now).await.expect("write") {
         WriteOutcome::Written(w) => w,
         WriteOutcome::Replayed(_) => panic!("no idempotency key, no replay"),
