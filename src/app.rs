@@ -100,6 +100,7 @@ pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::
         cardinality: crate::domain::facts::Cardinality::new(
             config.facts.multi_valued_predicates.iter().map(String::as_str),
         ),
+        retention: config.retention.policy(),
     };
     let state = AppState {
         service: Arc::new(service),

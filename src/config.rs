@@ -15,6 +15,9 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::domain::Tier;
+use crate::domain::retention::{DecayRule, Period, RetentionPolicy};
+
 const REDACTED: &str = "<redacted>";
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -30,6 +33,8 @@ pub struct Config {
     pub idempotency: IdempotencyConfig,
     pub facts: FactsConfig,
     pub search: SearchConfig,
+    /// How long memories are kept, and the sweep that deletes them.
+    pub retention: RetentionConfig,
     /// Per-agent settings: `[agents.<agent_id>]`.
     pub agents: std::collections::BTreeMap<String, AgentConfig>,
     pub log: LogConfig,
@@ -95,6 +100,98 @@ impl Default for SearchConfig {
             relative_relevance: true,
             context_candidates: 200,
             access_interval_secs: 3600,
+        }
+    }
+}
+
+/// `[retention]`: lifetimes per retention (counted from ingestion), the sweep
+/// that deletes expired and decayed memories, and the decay rule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    pub transient: Period,
+    pub session: Period,
+    pub short_term: Period,
+    pub medium_term: Period,
+    pub long_term: Period,
+    /// Always `never`: a permanent memory neither expires nor decays.
+    pub permanent: String,
+    /// Seconds between sweeps; 0 turns the sweep off (reads still hide
+    /// expired memories).
+    pub sweep_interval_secs: u64,
+    /// Rows deleted per transaction.
+    pub sweep_batch: usize,
+    pub decay: DecayConfig,
+}
+
+/// `[retention.decay]`: forgetting memories whose retention score decayed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DecayConfig {
+    /// Which tiers decay.
+    pub episodic: bool,
+    pub semantic: bool,
+    pub procedural: bool,
+    /// Recency halves every this many days.
+    pub half_life_days: f64,
+    /// A memory whose score is below this is deleted.
+    pub threshold: f64,
+    /// Nothing ingested less than this long ago decays.
+    pub min_age: Period,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        let p = RetentionPolicy::default();
+        Self {
+            transient: p.transient,
+            session: p.session,
+            short_term: p.short_term,
+            medium_term: p.medium_term,
+            long_term: p.long_term,
+            permanent: "never".into(),
+            sweep_interval_secs: 3600,
+            sweep_batch: 1000,
+            decay: DecayConfig::default(),
+        }
+    }
+}
+
+impl Default for DecayConfig {
+    fn default() -> Self {
+        let rule = DecayRule::default();
+        Self {
+            episodic: rule.applies_to(Tier::Episodic),
+            semantic: rule.applies_to(Tier::Semantic),
+            procedural: rule.applies_to(Tier::Procedural),
+            half_life_days: rule.half_life_days,
+            threshold: rule.threshold,
+            min_age: rule.min_age,
+        }
+    }
+}
+
+impl RetentionConfig {
+    /// The lifetimes as the domain rule.
+    pub fn policy(&self) -> RetentionPolicy {
+        RetentionPolicy {
+            transient: self.transient,
+            session: self.session,
+            short_term: self.short_term,
+            medium_term: self.medium_term,
+            long_term: self.long_term,
+        }
+    }
+
+    /// The decay rule as the domain sees it.
+    pub fn decay_rule(&self) -> DecayRule {
+        let d = &self.decay;
+        let tiers = [(Tier::Episodic, d.episodic), (Tier::Semantic, d.semantic), (Tier::Procedural, d.procedural)];
+        DecayRule {
+            tiers: tiers.into_iter().filter(|(_, on)| *on).map(|(t, _)| t).collect(),
+            half_life_days: d.half_life_days,
+            threshold: d.threshold,
+            min_age: d.min_age,
         }
     }
 }
@@ -425,6 +522,7 @@ const SECTIONS: &[&str] = &[
     "idempotency",
     "facts",
     "search",
+    "retention",
     "agents",
     "log",
 ];
@@ -581,6 +679,19 @@ impl Config {
             {
                 return bad(&format!("agents.{agent}.weights"), "must each be between 0 and 10, not all 0");
             }
+        }
+        let r = &self.retention;
+        if r.permanent != "never" {
+            return bad("retention.permanent", "must be `never`: permanent memories cannot expire (use long_term)");
+        }
+        if r.sweep_batch == 0 || r.sweep_batch > 10_000 {
+            return bad("retention.sweep_batch", "must be between 1 and 10000");
+        }
+        if !(r.decay.half_life_days > 0.0 && r.decay.half_life_days <= 36_500.0) {
+            return bad("retention.decay.half_life_days", "must be more than 0 and at most 36500");
+        }
+        if !(0.0..=1.0).contains(&r.decay.threshold) {
+            return bad("retention.decay.threshold", "must be between 0 and 1");
         }
         if self.idempotency.ttl_hours == 0 {
             return bad("idempotency.ttl_hours", "must be greater than 0");
@@ -749,6 +860,26 @@ mod tests {
             jail.set_env("ENGRAM_MODEL_DIR", "/opt/minilm");
             let c = Config::load_with(None, Some("/var/lib/engram")).map_err(|e| e.to_string())?;
             assert_eq!(c.embedding.local.model_dir, "/opt/minilm");
+            Ok(())
+        });
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail decides the closure's error type
+    fn retention_durations_are_validated_naming_the_key() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("ENGRAM_RETENTION__SHORT_TERM", "36h");
+            jail.set_env("ENGRAM_RETENTION__DECAY__SEMANTIC", "true");
+            let c = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(c.retention.policy().short_term, Period::hours(36));
+            assert_eq!(c.retention.decay_rule().tiers, [Tier::Episodic, Tier::Semantic]);
+            jail.set_env("ENGRAM_RETENTION__SHORT_TERM", "a week");
+            let err = Config::load(None).unwrap_err().to_string();
+            assert!(err.to_lowercase().contains("retention.short_term"), "{err}");
+            jail.set_env("ENGRAM_RETENTION__SHORT_TERM", "7d");
+            jail.set_env("ENGRAM_RETENTION__PERMANENT", "3650d");
+            let err = Config::load(None).unwrap_err().to_string();
+            assert!(err.contains("retention.permanent"), "{err}");
             Ok(())
         });
     }

@@ -12,7 +12,7 @@ use crate::clock::Clock;
 use crate::domain::classify::Classifier;
 use crate::domain::draft::Draft;
 use crate::domain::validate::FieldError;
-use crate::domain::{Memory, MemoryPatch, NewMemory, Retention, Tier, WrittenMemory};
+use crate::domain::{Memory, MemoryPatch, NewMemory, Retention, RetentionPolicy, Tier, WrittenMemory};
 use crate::embed::{EmbedError, Embedder};
 use crate::store::{
     Embedding, IdempotencyKey, ListFilter, MemoryStore, PreparedMemory, SkillCache, StoreError, StoredResponse,
@@ -68,6 +68,9 @@ pub struct MemoryService {
     pub access: Option<crate::recall::AccessRecorder>,
     /// Which fact predicates hold several values (`facts.multi_valued_predicates`).
     pub cardinality: crate::domain::facts::Cardinality,
+    /// How long each retention keeps a memory (the expiry of writes and of
+    /// patches that change the retention).
+    pub retention: RetentionPolicy,
 }
 
 /// The body of a write response, in request order, as remembered for an
@@ -140,6 +143,7 @@ impl MemoryService {
             .map(|(&i, embedding)| {
                 let m = &memories[i];
                 PreparedMemory {
+                    lifetime: self.retention.duration(m.retention),
                     multi_valued: m.predicate.as_deref().is_some_and(|p| self.cardinality.is_multi_valued(p)),
                     ..PreparedMemory::new(m.clone(), embedding)
                 }
@@ -149,7 +153,8 @@ impl MemoryService {
             .iter()
             .map(|&i| {
                 let m = &memories[i];
-                crate::domain::rows::new_row(m, now, m.retention.expires_at(now), crate::domain::facts::Source::Agent)
+                let expires_at = self.retention.expires_at(m.retention, now);
+                crate::domain::rows::new_row(m, now, expires_at, crate::domain::facts::Source::Agent)
             })
             .collect();
 
@@ -256,8 +261,9 @@ impl MemoryService {
         Ok(out)
     }
 
-    pub async fn update(&self, tenant: &str, id: Uuid, patch: MemoryPatch) -> ServiceResult<Memory> {
+    pub async fn update(&self, tenant: &str, id: Uuid, mut patch: MemoryPatch) -> ServiceResult<Memory> {
         let now = self.clock.now();
+        patch.lifetime = patch.retention.and_then(|r| self.retention.duration(r));
         let redis_error = match self.working.get(tenant, id).await {
             Ok(Some(mut m)) => {
                 if patch.retention == Some(Retention::Permanent) {

@@ -199,7 +199,7 @@ pub fn rows_of(planned: &[Planned], tier: Tier, now: DateTime<Utc>) -> Vec<Row> 
                 retention,
                 occurred_at,
                 created_at,
-                expires_at: retention.expires_at(created_at),
+                expires_at: engram::domain::RetentionPolicy::default().expires_at(retention, created_at),
                 event_type,
                 outcome,
                 session_id: format!("s-{}-{}", p.agent, created_at.format("%Y%m%d")),

@@ -2,7 +2,7 @@
 //! `http::response::MemoryResponse`), the validated input of a write, and the
 //! enums (tier, retention, event type, outcome) with their rules.
 
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
@@ -49,21 +49,22 @@ impl Tier {
     }
 }
 
-/// How long a memory is kept after it was written.
+/// How long a memory is kept after it was ingested; the server's
+/// configuration (`[retention]`) sets each duration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Retention {
-    /// One hour.
+    /// One hour by default (`retention.transient`).
     Transient,
-    /// 24 hours.
+    /// 24 hours by default (`retention.session`).
     Session,
-    /// 7 days.
+    /// 7 days by default (`retention.short_term`).
     ShortTerm,
-    /// 90 days.
+    /// 90 days by default (`retention.medium_term`).
     MediumTerm,
-    /// 365 days.
+    /// 365 days by default (`retention.long_term`).
     LongTerm,
-    /// Never expires.
+    /// Never expires, and never decays.
     Permanent,
 }
 
@@ -90,23 +91,6 @@ impl Retention {
 
     pub fn parse(s: &str) -> Option<Retention> {
         Retention::ALL.into_iter().find(|r| r.as_str() == s)
-    }
-
-    /// The lifetime of a memory of this retention; `None` is forever.
-    pub fn duration(self) -> Option<Duration> {
-        match self {
-            Retention::Transient => Some(Duration::hours(1)),
-            Retention::Session => Some(Duration::hours(24)),
-            Retention::ShortTerm => Some(Duration::days(7)),
-            Retention::MediumTerm => Some(Duration::days(90)),
-            Retention::LongTerm => Some(Duration::days(365)),
-            Retention::Permanent => None,
-        }
-    }
-
-    /// When a memory ingested at `ingested_at` expires.
-    pub fn expires_at(self, ingested_at: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        self.duration().map(|d| ingested_at + d)
     }
 }
 
@@ -322,6 +306,9 @@ pub struct MemoryPatch {
     /// A JSON merge patch (RFC 7396) applied to the stored metadata.
     pub metadata: Option<Map<String, Value>>,
     pub retention: Option<Retention>,
+    /// With `retention`: how long the policy keeps a memory of that
+    /// retention (`None`: forever), set by the service from the policy.
+    pub lifetime: Option<chrono::Duration>,
 }
 
 impl MemoryPatch {
@@ -339,7 +326,7 @@ impl MemoryPatch {
         }
         if let Some(r) = self.retention {
             m.retention = r;
-            m.expires_at = r.expires_at(m.created_at);
+            m.expires_at = self.lifetime.map(|d| m.created_at + d);
         }
         m.updated_at = now;
     }
@@ -373,21 +360,7 @@ pub fn merge_metadata(target: &mut Map<String, Value>, patch: &Map<String, Value
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::TimeZone;
     use serde_json::json;
-
-    #[test]
-    fn retention_durations_follow_the_tiers_table() {
-        let t0 = Utc.with_ymd_and_hms(2026, 1, 31, 12, 0, 0).unwrap();
-        // 1 h, 24 h, 7 d, 90 d, 365 d, never.
-        assert_eq!(Retention::Transient.expires_at(t0), Some(Utc.with_ymd_and_hms(2026, 1, 31, 13, 0, 0).unwrap()));
-        assert_eq!(Retention::Session.expires_at(t0), Some(Utc.with_ymd_and_hms(2026, 2, 1, 12, 0, 0).unwrap()));
-        assert_eq!(Retention::ShortTerm.expires_at(t0), Some(Utc.with_ymd_and_hms(2026, 2, 7, 12, 0, 0).unwrap()));
-        // Jan 31 + 90 days = May 1 (28 days of February 2026, 31 of March, 30 of April: 1 + 28 + 31 + 30 = 90).
-        assert_eq!(Retention::MediumTerm.expires_at(t0), Some(Utc.with_ymd_and_hms(2026, 5, 1, 12, 0, 0).unwrap()));
-        assert_eq!(Retention::LongTerm.expires_at(t0), Some(Utc.with_ymd_and_hms(2027, 1, 31, 12, 0, 0).unwrap()));
-        assert_eq!(Retention::Permanent.expires_at(t0), None);
-    }
 
     #[test]
     fn each_tier_has_its_default_retention() {

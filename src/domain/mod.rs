@@ -1,5 +1,5 @@
-//! Pure rules and types of engram's memory model: tiers, retention, content
-//! normalisation, classification and input validation.
+//! Pure rules and types of engram's memory model: tiers, retention (expiry
+//! and decay), content normalisation, classification and input validation.
 //!
 //! Nothing here knows about HTTP, SQL or Redis, so every rule can be unit
 //! tested with exact values and reused by every storage backend.
@@ -10,9 +10,11 @@ pub mod context;
 pub mod draft;
 pub mod facts;
 pub mod memory;
+pub mod retention;
 pub mod rows;
 pub mod scoring;
 pub mod tokens;
 pub mod validate;
 
 pub use memory::{EventType, Memory, MemoryPatch, NewMemory, Outcome, Retention, Tier, WrittenMemory};
+pub use retention::{Period, RetentionPolicy};

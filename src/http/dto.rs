@@ -185,6 +185,7 @@ impl UpdateMemoryRequest {
             importance: opt_unit("", "importance", self.importance)?,
             metadata: self.metadata,
             retention: self.retention,
+            lifetime: None,
         })
     }
 }

@@ -105,11 +105,11 @@ pub struct PreparedMemory {
 
 impl PreparedMemory {
     /// A memory written by an agent through the memory routes, living as
-    /// long as its retention's built-in duration, single-valued.
+    /// long as its retention's default duration, single-valued.
     pub fn new(memory: NewMemory, embedding: Option<Embedding>) -> PreparedMemory {
         PreparedMemory {
             content_hash: crate::domain::content::content_hash(&memory.content),
-            lifetime: memory.retention.duration(),
+            lifetime: crate::domain::retention::RetentionPolicy::default().duration(memory.retention),
             memory,
             embedding,
             source: crate::domain::facts::Source::Agent,

@@ -10,6 +10,7 @@ mod numbers;
 mod operations;
 mod recall;
 mod reembed;
+mod retention;
 mod schema;
 mod tenancy;
 mod transfer;

@@ -112,7 +112,7 @@ fn working_entry(agent: &str, session: &str, content: &str) -> Memory {
         occurred_at: now,
         created_at: now,
         updated_at: now,
-        expires_at: Retention::Session.expires_at(now),
+        expires_at: crate::domain::RetentionPolicy::default().expires_at(Retention::Session, now),
         access_count: 0,
         last_accessed_at: None,
         embedding_model: None,

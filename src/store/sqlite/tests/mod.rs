@@ -76,6 +76,7 @@ pub(super) fn new_memory(tier: Tier, agent: &str, content: &str) -> NewMemory {
     }
 }
 
+/// A write of `memory`, living as long as the default policy keeps its retention.
 pub(super) fn prepared(memory: NewMemory, embedding: Option<Embedding>) -> PreparedMemory {
     PreparedMemory::new(memory, embedding)
 }

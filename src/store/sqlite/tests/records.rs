@@ -177,6 +177,7 @@ async fn update_merges_metadata_moves_expiry_and_reembeds() {
         importance: Some(0.9),
         metadata: Some(json!({"drop": null, "obj": {"y": 2}, "new": "v"}).as_object().unwrap().clone()),
         retention: Some(Retention::Transient),
+        lifetime: Some(chrono::Duration::hours(1)),
     };
     let updated = store.update("t1", written.id, &patch, emb("m1", &[0.0, 1.0]).as_ref(), at(60)).await.unwrap();
     assert_eq!(updated.content, "The printer on floor two was repaired.");
