@@ -313,6 +313,14 @@ pub struct LocalConfig {
     pub batch_window_ms: u64,
     /// Most texts gathered into one batch, and most sequences in one forward pass.
     pub max_batch: usize,
+    /// Most padded tokens of write work embedded between two looks at the
+    /// query queue: how long a search can wait behind writes.
+    pub write_step_tokens: usize,
+    /// Most bytes of write text waiting to be embedded; past it writes get
+    /// 503 with Retry-After (a write is always admitted into an empty queue).
+    pub max_queued_write_bytes: usize,
+    /// Most queries waiting to be embedded; past it searches get 503.
+    pub max_queued_queries: usize,
 }
 
 /// The runtime of the bundled model (`embedding.local.runtime`).
@@ -476,6 +484,9 @@ impl Default for LocalConfig {
             threads: 1,
             batch_window_ms: 2,
             max_batch: 32,
+            write_step_tokens: 256,
+            max_queued_write_bytes: 8 << 20,
+            max_queued_queries: 1024,
         }
     }
 }
@@ -654,6 +665,15 @@ impl Config {
         }
         if local.max_batch == 0 || local.max_batch > 1024 {
             return bad("embedding.local.max_batch", "must be between 1 and 1024");
+        }
+        if local.write_step_tokens < 16 || local.write_step_tokens > 8192 {
+            return bad("embedding.local.write_step_tokens", "must be between 16 and 8192");
+        }
+        if local.max_queued_write_bytes < 1024 {
+            return bad("embedding.local.max_queued_write_bytes", "must be at least 1024");
+        }
+        if local.max_queued_queries == 0 {
+            return bad("embedding.local.max_queued_queries", "must be greater than 0");
         }
         if self.search.ef_search == 0 || self.search.ef_search > 1000 {
             return bad("search.ef_search", "must be between 1 and 1000");

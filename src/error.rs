@@ -124,13 +124,23 @@ impl From<crate::service::ServiceError> for ApiError {
         match e {
             ServiceError::Invalid(fe) => ApiError::InvalidField(fe),
             ServiceError::Store(se) => se.into(),
-            ServiceError::Embedding(err) => {
-                match &err {
-                    EmbedError::Unavailable(_) => tracing::warn!(error = %err, "embedding provider unavailable"),
-                    EmbedError::BadResponse(_) => tracing::error!(error = %err, "embedding provider misbehaved"),
+            ServiceError::Embedding(err) => match &err {
+                EmbedError::Unavailable(_) => {
+                    tracing::warn!(error = %err, "embedding provider unavailable");
+                    ApiError::Unavailable { what: "the embedding provider", retry_after_secs: 5 }
                 }
-                ApiError::Unavailable { what: "the embedding provider", retry_after_secs: 5 }
-            }
+                EmbedError::BadResponse(_) => {
+                    tracing::error!(error = %err, "embedding provider misbehaved");
+                    ApiError::Unavailable { what: "the embedding provider", retry_after_secs: 5 }
+                }
+                EmbedError::Busy { retry_after_secs } => {
+                    tracing::warn!("embedding queue full: request shed");
+                    ApiError::Unavailable {
+                        what: "the embedding queue (too much work waiting)",
+                        retry_after_secs: *retry_after_secs,
+                    }
+                }
+            },
             ServiceError::IdempotencyKeyReused => ApiError::IdempotencyKeyReused,
         }
     }

@@ -269,7 +269,7 @@ impl MemoryService {
             let t = Instant::now();
             let vector = match &self.embedder {
                 Some(e) => e
-                    .embed(std::slice::from_ref(&p.query))
+                    .embed_in(std::slice::from_ref(&p.query), crate::embed::Lane::Query)
                     .await
                     .map(|mut v| v.pop().map(|vector| Embedding { model: e.model_id().to_string(), vector })),
                 None => Ok(None),

@@ -81,12 +81,13 @@ pub fn write_body(items: &[WrittenMemory]) -> Value {
 }
 
 impl MemoryService {
-    async fn embed_one_each(&self, texts: Vec<String>) -> ServiceResult<Vec<Option<Embedding>>> {
+    /// Embeds texts a tenant writes (the write lane of the embedder's queue).
+    async fn embed_one_each(&self, tenant: &str, texts: Vec<String>) -> ServiceResult<Vec<Option<Embedding>>> {
         let Some(embedder) = &self.embedder else { return Ok(vec![None; texts.len()]) };
         if texts.is_empty() {
             return Ok(Vec::new());
         }
-        let vectors = embedder.embed(&texts).await?;
+        let vectors = embedder.embed_in(&texts, crate::embed::Lane::Write { tenant }).await?;
         Ok(vectors
             .into_iter()
             .map(|vector| Some(Embedding { model: embedder.model_id().to_string(), vector }))
@@ -136,7 +137,7 @@ impl MemoryService {
         let (persistent_idx, working_idx): (Vec<usize>, Vec<usize>) =
             (0..memories.len()).partition(|&i| memories[i].tier != Tier::Working);
         let texts = persistent_idx.iter().map(|&i| memories[i].content.clone()).collect();
-        let embeddings = self.embed_one_each(texts).await?;
+        let embeddings = self.embed_one_each(tenant, texts).await?;
         let prepared: Vec<PreparedMemory> = persistent_idx
             .iter()
             .zip(embeddings)
@@ -279,7 +280,7 @@ impl MemoryService {
             Err(e) => Some(e),
         };
         let embedding = match &patch.content {
-            Some(content) => self.embed_one_each(vec![content.clone()]).await?.pop().flatten(),
+            Some(content) => self.embed_one_each(tenant, vec![content.clone()]).await?.pop().flatten(),
             None => None,
         };
         match self.store.update(tenant, id, &patch, embedding.as_ref(), now).await {

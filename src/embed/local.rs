@@ -44,10 +44,10 @@
 //! windows in the worst case of one token per byte, during which the queue
 //! waits).
 
-use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock, mpsc};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock, mpsc};
+use std::time::Duration;
 
 use anyhow::Context;
 use async_trait::async_trait;
@@ -60,6 +60,7 @@ use sha2::{Digest, Sha256};
 use tokenizers::Tokenizer;
 use tokio::sync::oneshot;
 
+use super::queue::{Class, Held, Job, Lane, Load, Settings, worker};
 use super::{EmbedError, Embedder, normalize};
 use crate::config::{LocalConfig, LocalRuntime};
 
@@ -209,7 +210,25 @@ impl MiniLm {
     }
 
     fn embed_with(&self, texts: &[&str], max_batch: usize, truncate: bool) -> anyhow::Result<Vec<Vec<f32>>> {
-        // (text index, token ids with [CLS] and [SEP]) for every window of every text.
+        let seqs = self.sequences(texts, truncate)?;
+        let mut sums = Sums::new(texts.len());
+        let mut rest = seqs.as_slice();
+        while !rest.is_empty() {
+            let take = group_len(rest.iter().map(|(_, ids)| ids.len()), max_batch, MAX_BATCH_TOKENS);
+            let (group, tail) = rest.split_at(take);
+            rest = tail;
+            let vectors = self.forward(group.iter().map(|(_, ids)| ids.as_slice()))?;
+            for ((text, _), v) in group.iter().zip(vectors) {
+                sums.add(*text, &v);
+            }
+        }
+        Ok(sums.finish())
+    }
+
+    /// Every window of every text as (text index, token ids with `[CLS]` and
+    /// `[SEP]`), longest first: consecutive sequences then make forward
+    /// passes of similar lengths that waste little on padding.
+    pub(super) fn sequences(&self, texts: &[&str], truncate: bool) -> anyhow::Result<Vec<(usize, Vec<u32>)>> {
         let mut seqs: Vec<(usize, Vec<u32>)> = Vec::with_capacity(texts.len());
         for (i, text) in texts.iter().enumerate() {
             let encoding = self.tokenizer.encode(*text, false).map_err(|e| anyhow::anyhow!("tokenizing: {e}"))?;
@@ -223,38 +242,15 @@ impl MiniLm {
                 seqs.push((i, ids));
             }
         }
-        // Longest first: batches of similar lengths waste little on padding.
         seqs.sort_by_key(|(_, ids)| std::cmp::Reverse(ids.len()));
-
-        let mut sums = vec![vec![0.0f32; DIMENSIONS]; texts.len()];
-        let mut windows_per_text = vec![0usize; texts.len()];
-        let mut rest = seqs.as_slice();
-        while !rest.is_empty() {
-            // Sorted longest first, so the first sequence sets the padded length. On a CPU
-            // the cost is about the padded token count, so a pass also ends where padding
-            // would waste more than a quarter of a sequence.
-            let longest = rest[0].1.len();
-            let fits = (MAX_BATCH_TOKENS / longest).clamp(1, max_batch.max(1)).min(rest.len());
-            let take = rest[..fits].iter().take_while(|(_, ids)| ids.len() * 4 >= longest * 3).count();
-            let (group, tail) = rest.split_at(take);
-            rest = tail;
-            let vectors = self.forward(group.iter().map(|(_, ids)| ids.as_slice()))?;
-            for ((text, _), v) in group.iter().zip(vectors) {
-                sums[*text].iter_mut().zip(&v).for_each(|(s, x)| *s += x);
-                windows_per_text[*text] += 1;
-            }
-        }
-        for (sum, n) in sums.iter_mut().zip(windows_per_text) {
-            // One window: already unit length, keep it bit for bit.
-            if n > 1 {
-                normalize(sum);
-            }
-        }
-        Ok(sums)
+        Ok(seqs)
     }
 
     /// Mean-pooled, normalised vectors of up to `max_batch` token sequences.
-    fn forward<'a>(&self, seqs: impl ExactSizeIterator<Item = &'a [u32]> + Clone) -> anyhow::Result<Vec<Vec<f32>>> {
+    pub(super) fn forward<'a>(
+        &self,
+        seqs: impl ExactSizeIterator<Item = &'a [u32]> + Clone,
+    ) -> anyhow::Result<Vec<Vec<f32>>> {
         let n = seqs.len();
         let len = seqs.clone().map(<[u32]>::len).max().unwrap_or(0);
         let mut ids = Vec::with_capacity(n * len);
@@ -335,6 +331,53 @@ fn onnx_forward(
     Ok(out)
 }
 
+/// How many of `lengths` (sequence lengths, longest first) one forward pass
+/// takes: at most `max_batch` sequences and `max_tokens` padded tokens
+/// (always at least one), ending where padding would waste more than a
+/// quarter of a sequence (on a CPU the cost is about the padded token count).
+pub(super) fn group_len(lengths: impl Iterator<Item = usize>, max_batch: usize, max_tokens: usize) -> usize {
+    let mut n = 0;
+    let mut longest = 0;
+    for len in lengths {
+        if n == 0 {
+            longest = len;
+        } else if n + 1 > max_batch.max(1) || (n + 1) * longest > max_tokens || len * 4 < longest * 3 {
+            break;
+        }
+        n += 1;
+    }
+    n
+}
+
+/// The windows' vectors of some texts, summed per text until all are in.
+pub(super) struct Sums {
+    sums: Vec<Vec<f32>>,
+    windows: Vec<usize>,
+}
+
+impl Sums {
+    pub(super) fn new(texts: usize) -> Sums {
+        Sums { sums: vec![vec![0.0f32; DIMENSIONS]; texts], windows: vec![0; texts] }
+    }
+
+    pub(super) fn add(&mut self, text: usize, v: &[f32]) {
+        self.sums[text].iter_mut().zip(v).for_each(|(s, x)| *s += x);
+        self.windows[text] += 1;
+    }
+
+    /// One unit vector per text: the normalised mean of its windows.
+    pub(super) fn finish(self) -> Vec<Vec<f32>> {
+        let mut sums = self.sums;
+        for (sum, n) in sums.iter_mut().zip(self.windows) {
+            // One window: already unit length, keep it bit for bit.
+            if n > 1 {
+                normalize(sum);
+            }
+        }
+        sums
+    }
+}
+
 /// The token windows a text is embedded as: the whole text when it fits,
 /// otherwise full windows overlapping by [`CHUNK_OVERLAP`], the last one ending
 /// at the text's end. An empty text is one empty window (`[CLS] [SEP]`).
@@ -372,17 +415,17 @@ pub unsafe fn pin_candle_threads(threads: usize) {
     }
 }
 
-/// Texts of one caller and where their vectors go.
-struct Job {
-    texts: Vec<String>,
-    reply: oneshot::Sender<Result<Vec<Vec<f32>>, EmbedError>>,
-}
-
-/// [`MiniLm`] behind a batching worker thread.
+/// [`MiniLm`] behind its work queue (`queue.rs`) and one worker thread.
 pub struct LocalEmbedder {
     /// To the worker thread. Dropping the embedder closes it, and the worker
-    /// exits once its current batch is done.
+    /// exits once its current step is done.
     jobs: mpsc::Sender<Job>,
+    /// What is queued: callers are admitted or refused against it.
+    pub(super) load: Arc<Load>,
+    /// Most bytes of write text queued (a job is admitted into an empty queue whatever its size).
+    max_queued_write_bytes: usize,
+    /// Most queries queued.
+    max_queued_queries: usize,
     model_id: &'static str,
 }
 
@@ -410,70 +453,48 @@ impl LocalEmbedder {
             );
         }
         let (jobs, rx) = mpsc::channel();
-        let window = Duration::from_millis(config.batch_window_ms);
-        let max_batch = config.max_batch;
+        let settings = Settings {
+            window: Duration::from_millis(config.batch_window_ms),
+            max_batch: config.max_batch,
+            write_step_tokens: config.write_step_tokens.max(1),
+        };
+        let load = Arc::new(Load::default());
+        let worker_load = load.clone();
         let model_id = model.model_id();
         std::thread::Builder::new()
             .name("engram-embed".into())
-            .spawn(move || worker(&model, &pool, &rx, window, max_batch))
+            .spawn(move || worker(&model, &pool, &rx, settings, worker_load))
             .context("starting the embedding worker")?;
-        Ok(Self { jobs, model_id })
+        Ok(Self {
+            jobs,
+            load,
+            max_queued_write_bytes: config.max_queued_write_bytes,
+            max_queued_queries: config.max_queued_queries,
+            model_id,
+        })
     }
-}
 
-/// Gathers jobs into batches and answers them, until the embedder is dropped.
-fn worker(model: &MiniLm, pool: &rayon::ThreadPool, rx: &mpsc::Receiver<Job>, window: Duration, max_batch: usize) {
-    // Whether requests are overlapping: the last batch had several, or more
-    // were queued behind the first. Only then is waiting for company worth it;
-    // a lone request (concurrency 1) is embedded at once.
-    let mut overlapping = false;
-    while let Ok(first) = rx.recv() {
-        let mut count = first.texts.len();
-        let mut batch = vec![first];
-        let deadline = Instant::now() + if overlapping { window } else { Duration::ZERO };
-        while count < max_batch {
-            match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(job) => {
-                    count += job.texts.len();
-                    batch.push(job);
+    /// Counts a job against the queue's bounds, or refuses it.
+    fn admit(&self, texts: &[String], lane: Lane<'_>) -> Result<(Class, Held), EmbedError> {
+        let busy = || EmbedError::Busy { retry_after_secs: 2 };
+        match lane {
+            Lane::Query => {
+                if self.load.queries.fetch_add(1, Ordering::AcqRel) >= self.max_queued_queries {
+                    self.load.queries.fetch_sub(1, Ordering::AcqRel);
+                    return Err(busy());
                 }
-                Err(_) => break,
+                Ok((Class::Query, Held::Query))
             }
-        }
-        overlapping = batch.len() > 1;
-        // A caller that gave up (timeout, cancelled request) is not worth the work.
-        batch.retain(|job| !job.reply.is_closed());
-        let texts: Vec<&str> = batch.iter().flat_map(|job| job.texts.iter().map(String::as_str)).collect();
-        if texts.is_empty() {
-            for job in batch {
-                let _ = job.reply.send(Ok(Vec::new()));
-            }
-            continue;
-        }
-        // A panic inside the runtime must cost this batch, not the worker.
-        let result = pool.install(|| std::panic::catch_unwind(AssertUnwindSafe(|| model.embed(&texts, max_batch))));
-        let mut vectors = match result {
-            Ok(Ok(vectors)) => vectors.into_iter(),
-            Ok(Err(e)) => {
-                tracing::error!(error = format!("{e:#}"), texts = texts.len(), "local embedding failed");
-                let message = format!("the local model failed: {e}");
-                for job in batch {
-                    let _ = job.reply.send(Err(EmbedError::BadResponse(message.clone())));
+            Lane::Write { tenant } => {
+                let bytes: usize = texts.iter().map(String::len).sum();
+                let before = self.load.write_bytes.fetch_add(bytes, Ordering::AcqRel);
+                if before > 0 && before + bytes > self.max_queued_write_bytes {
+                    self.load.write_bytes.fetch_sub(bytes, Ordering::AcqRel);
+                    return Err(busy());
                 }
-                continue;
+                Ok((Class::Write(tenant.to_string()), Held::WriteBytes(bytes)))
             }
-            Err(_) => {
-                tracing::error!(texts = texts.len(), "local embedding panicked");
-                for job in batch {
-                    let _ = job.reply.send(Err(EmbedError::BadResponse("the local model panicked".into())));
-                }
-                continue;
-            }
-        };
-        for job in batch {
-            let mine: Vec<Vec<f32>> = vectors.by_ref().take(job.texts.len()).collect();
-            // The caller may have gone meanwhile; nothing to do then.
-            let _ = job.reply.send(Ok(mine));
+            Lane::Background => Ok((Class::Background, Held::Nothing)),
         }
     }
 }
@@ -489,21 +510,31 @@ impl Embedder for LocalEmbedder {
     }
 
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.embed_in(texts, Lane::Query).await
+    }
+
+    async fn embed_in(&self, texts: &[String], lane: Lane<'_>) -> Result<Vec<Vec<f32>>, EmbedError> {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
+        let (class, held) = self.admit(texts, lane)?;
         let (reply, answer) = oneshot::channel();
         let stopped = || EmbedError::Unavailable("the local embedding worker has stopped".into());
-        self.jobs.send(Job { texts: texts.to_vec(), reply }).map_err(|_| stopped())?;
+        if let Err(mpsc::SendError(job)) = self.jobs.send(Job { texts: texts.to_vec(), class, reply, held }) {
+            self.load.release(job.held);
+            return Err(stopped());
+        }
+        // Dropping this future (a cancelled request) closes `answer`: the
+        // worker then drops the job before its next slice.
         answer.await.map_err(|_| stopped())?
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn model_dir() -> PathBuf {
+    pub(in crate::embed) fn model_dir() -> PathBuf {
         let dir = std::env::var("ENGRAM_MODEL_DIR").unwrap_or_else(|_| LocalConfig::default().model_dir);
         let dir = PathBuf::from(dir);
         // Relative paths are the repository's, wherever cargo runs the test from.

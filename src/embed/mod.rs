@@ -5,6 +5,9 @@
 pub mod lexical;
 pub mod local;
 pub mod openai;
+mod queue;
+
+pub use queue::Lane;
 
 use std::sync::Arc;
 
@@ -20,6 +23,9 @@ pub enum EmbedError {
     /// The provider answered something engram cannot use.
     #[error("embedding provider answered badly: {0}")]
     BadResponse(String),
+    /// Too much work is queued; the caller should come back later.
+    #[error("the embedding queue is full")]
+    Busy { retry_after_secs: u64 },
 }
 
 #[async_trait]
@@ -29,6 +35,14 @@ pub trait Embedder: Send + Sync {
     fn dimensions(&self) -> usize;
     /// One vector per text, in order, each L2-normalised.
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError>;
+
+    /// `embed` for a caller in `lane`: an embedder that queues work serves
+    /// queries first and shares the rest fairly between tenants (the local
+    /// model does; the others serve callers as they come).
+    async fn embed_in(&self, texts: &[String], lane: Lane<'_>) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let _ = lane;
+        self.embed(texts).await
+    }
 }
 
 /// The configured embedder, or none.

@@ -51,7 +51,7 @@ impl PgStore {
             keys.push((row.try_get("tenant_id")?, row.try_get("id")?));
             texts.push(row.try_get::<String, _>("content")?);
         }
-        let vectors = embedder.embed(&texts).await?;
+        let vectors = embedder.embed_in(&texts, crate::embed::Lane::Background).await?;
         let sql = format!(
             "UPDATE {table} SET embedding = $3, embedding_model = $4, updated_at = $5 WHERE tenant_id = $1 AND id = $2"
         );

@@ -51,7 +51,7 @@ impl SqliteStore {
             return Ok(0);
         }
         let texts: Vec<String> = claimed.iter().map(|(_, _, content)| content.clone()).collect();
-        let vectors = embedder.embed(&texts).await?;
+        let vectors = embedder.embed_in(&texts, crate::embed::Lane::Background).await?;
         anyhow::ensure!(
             vectors.len() == claimed.len(),
             "the embedder returned {} vectors for {} texts",
