@@ -133,6 +133,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         threads: args.threads,
         batch_window_ms: args.batch_window_ms,
         max_batch: args.max_batch,
+        ..LocalConfig::default()
     };
     let t = Instant::now();
     let embedder = Arc::new(LocalEmbedder::new(&config)?);

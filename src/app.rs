@@ -37,6 +37,8 @@ pub struct AppState {
     pub openapi_json: Arc<String>,
     pub body_limit: usize,
     pub request_timeout_ms: u64,
+    /// The same for writes of memories (`POST /v1/memories`).
+    pub write_timeout_ms: u64,
 }
 
 pub use crate::store::DbPool;
@@ -110,6 +112,7 @@ pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::
         openapi_json: Arc::new(crate::http::openapi_json()),
         body_limit: config.server.body_limit_bytes,
         request_timeout_ms: config.server.request_timeout_ms,
+        write_timeout_ms: config.server.write_timeout_ms,
     };
     Ok(App { state, access_rx: Some(access_rx), storage, config })
 }

@@ -212,6 +212,8 @@ pub struct ServerConfig {
     pub body_limit_bytes: usize,
     /// A request still running after this long is answered 503.
     pub request_timeout_ms: u64,
+    /// The same for `POST /v1/memories`, whose embedding can take longer.
+    pub write_timeout_ms: u64,
     /// How long shutdown waits for requests in flight.
     pub shutdown_grace_ms: u64,
 }
@@ -307,14 +309,14 @@ pub struct LocalConfig {
     /// What runs the model: ONNX Runtime on int8 weights, or candle on the
     /// original f32 weights. Two runtimes are two vector spaces (model ids).
     pub runtime: LocalRuntime,
-    /// Threads one forward pass may use; the embedder never uses more.
+    /// Threads of each of the two model workers (queries, writes).
     pub threads: usize,
     /// How long the first request of a batch waits for others to join it.
     pub batch_window_ms: u64,
     /// Most texts gathered into one batch, and most sequences in one forward pass.
     pub max_batch: usize,
-    /// Most padded tokens of write work embedded between two looks at the
-    /// query queue: how long a search can wait behind writes.
+    /// Most padded tokens of one tenant's write work embedded before the
+    /// next tenant's turn.
     pub write_step_tokens: usize,
     /// Most bytes of write text waiting to be embedded; past it writes get
     /// 503 with Retry-After (a write is always admitted into an empty queue).
@@ -426,6 +428,7 @@ impl Default for ServerConfig {
             listen: "127.0.0.1:8080".into(),
             body_limit_bytes: 2 * 1024 * 1024,
             request_timeout_ms: 30_000,
+            write_timeout_ms: 180_000,
             shutdown_grace_ms: 10_000,
         }
     }
@@ -611,6 +614,9 @@ impl Config {
         }
         if self.server.request_timeout_ms == 0 {
             return bad("server.request_timeout_ms", "must be greater than 0");
+        }
+        if self.server.write_timeout_ms == 0 {
+            return bad("server.write_timeout_ms", "must be greater than 0");
         }
         if self.database.max_connections == 0 {
             return bad("database.max_connections", "must be greater than 0");

@@ -415,11 +415,16 @@ pub unsafe fn pin_candle_threads(threads: usize) {
     }
 }
 
-/// [`MiniLm`] behind its work queue (`queue.rs`) and one worker thread.
+/// [`MiniLm`] behind its work queue (`queue.rs`) and two worker threads,
+/// each with its own copy of the model: one embeds only queries, the other
+/// writes and background work. A search therefore never waits for a write's
+/// forward pass to end; the two compete for cores only when both are busy.
 pub struct LocalEmbedder {
-    /// To the worker thread. Dropping the embedder closes it, and the worker
-    /// exits once its current step is done.
-    jobs: mpsc::Sender<Job>,
+    /// To the query worker. Dropping the embedder closes both channels, and
+    /// each worker exits once its current step is done.
+    queries: mpsc::Sender<Job>,
+    /// To the write worker.
+    writes: mpsc::Sender<Job>,
     /// What is queued: callers are admitted or refused against it.
     pub(super) load: Arc<Load>,
     /// Most bytes of write text queued (a job is admitted into an empty queue whatever its size).
@@ -430,19 +435,10 @@ pub struct LocalEmbedder {
 }
 
 impl LocalEmbedder {
-    /// Loads the model (an error names `scripts/fetch-model.sh`) and starts the worker.
+    /// Loads the model (an error names `scripts/fetch-model.sh`) and starts the workers.
     pub fn new(config: &LocalConfig) -> anyhow::Result<Self> {
         anyhow::ensure!(config.threads > 0, "embedding.local.threads must be greater than 0");
         anyhow::ensure!(config.max_batch > 0, "embedding.local.max_batch must be greater than 0");
-        let dir = PathBuf::from(&config.model_dir);
-        let model = MiniLm::load(&dir, config.runtime, config.threads).with_context(|| {
-            format!("loading the local embedding model from {} (embedding.local.model_dir)", dir.display())
-        })?;
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(config.threads)
-            .thread_name(|i| format!("engram-embed-{i}"))
-            .build()
-            .context("starting the embedding threads")?;
         if config.runtime == LocalRuntime::Candle
             && std::env::var("CANDLE_NUM_THREADS").ok() != Some(config.threads.to_string())
         {
@@ -452,21 +448,17 @@ impl LocalEmbedder {
                  from it (else from the core count); set it, and RAYON_NUM_THREADS, to pin the embedder's threads"
             );
         }
-        let (jobs, rx) = mpsc::channel();
         let settings = Settings {
             window: Duration::from_millis(config.batch_window_ms),
             max_batch: config.max_batch,
             write_step_tokens: config.write_step_tokens.max(1),
         };
         let load = Arc::new(Load::default());
-        let worker_load = load.clone();
-        let model_id = model.model_id();
-        std::thread::Builder::new()
-            .name("engram-embed".into())
-            .spawn(move || worker(&model, &pool, &rx, settings, worker_load))
-            .context("starting the embedding worker")?;
+        let (queries, model_id) = start_worker(config, "query", settings, load.clone())?;
+        let (writes, _) = start_worker(config, "write", settings, load.clone())?;
         Ok(Self {
-            jobs,
+            queries,
+            writes,
             load,
             max_queued_write_bytes: config.max_queued_write_bytes,
             max_queued_queries: config.max_queued_queries,
@@ -499,6 +491,35 @@ impl LocalEmbedder {
     }
 }
 
+/// Loads a copy of the model and starts a worker thread (`engram-embed-{name}`)
+/// with `config.threads` threads of its own; returns its channel.
+fn start_worker(
+    config: &LocalConfig,
+    name: &str,
+    settings: Settings,
+    load: Arc<Load>,
+) -> anyhow::Result<(mpsc::Sender<Job>, &'static str)> {
+    let dir = PathBuf::from(&config.model_dir);
+    let model = MiniLm::load(&dir, config.runtime, config.threads).with_context(|| {
+        format!("loading the local embedding model from {} (embedding.local.model_dir)", dir.display())
+    })?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(config.threads)
+        .thread_name({
+            let name = name.to_string();
+            move |i| format!("engram-embed-{name}-{i}")
+        })
+        .build()
+        .context("starting the embedding threads")?;
+    let (jobs, rx) = mpsc::channel();
+    let model_id = model.model_id();
+    std::thread::Builder::new()
+        .name(format!("engram-embed-{name}"))
+        .spawn(move || worker(&model, &pool, &rx, settings, load))
+        .context("starting the embedding worker")?;
+    Ok((jobs, model_id))
+}
+
 #[async_trait]
 impl Embedder for LocalEmbedder {
     fn model_id(&self) -> &str {
@@ -520,7 +541,8 @@ impl Embedder for LocalEmbedder {
         let (class, held) = self.admit(texts, lane)?;
         let (reply, answer) = oneshot::channel();
         let stopped = || EmbedError::Unavailable("the local embedding worker has stopped".into());
-        if let Err(mpsc::SendError(job)) = self.jobs.send(Job { texts: texts.to_vec(), class, reply, held }) {
+        let worker = if class == Class::Query { &self.queries } else { &self.writes };
+        if let Err(mpsc::SendError(job)) = worker.send(Job { texts: texts.to_vec(), class, reply, held }) {
             self.load.release(job.held);
             return Err(stopped());
         }

@@ -1,12 +1,13 @@
 //! The local model's work queue: which texts the one model thread embeds
 //! next, so that no caller can starve the others.
 //!
-//! - Queries (a search or context waiting) go first: a batch of them is
-//!   embedded before any more write work is started.
+//! - Queries (a search or context waiting) have a worker and a copy of the
+//!   model of their own (`LocalEmbedder`), so they never wait for write work;
+//!   a worker that is handed both would still embed queries first.
 //! - Writes share what is left tenant by tenant: each step takes a small slice
-//!   of work (at most `write_step_tokens` padded tokens) from the next tenant
-//!   in turn, so a tenant's 2 MB batch delays a query by one slice, and
-//!   another tenant's writes by one slice a turn, never by the whole batch.
+//!   of work (at most `write_step_tokens` padded tokens, and always at least
+//!   one window) from the next tenant in turn, so a tenant's 2 MB batch
+//!   delays another tenant's writes by one slice a turn, never by the batch.
 //! - Background work (re-embedding) runs only when nothing else waits.
 //! - A caller that went away (timeout, disconnect) is dropped before its next
 //!   slice: abandoned work stops at once.

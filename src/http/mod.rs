@@ -13,14 +13,13 @@ pub mod system;
 
 use std::time::{Duration, Instant};
 
+use axum::Router;
 use axum::body::Body;
-use axum::error_handling::HandleErrorLayer;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::http::{HeaderName, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{BoxError, Router};
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
@@ -97,7 +96,10 @@ pub fn openapi_json() -> String {
 
 pub fn router(state: AppState) -> Router {
     let (api, _) = api_router().split_for_parts();
-    let timeout = Duration::from_millis(state.request_timeout_ms);
+    let timeouts = Timeouts {
+        request: Duration::from_millis(state.request_timeout_ms),
+        write: Duration::from_millis(state.write_timeout_ms),
+    };
     let body_limit = state.body_limit;
     api.route("/openapi.json", get(system::openapi_json))
         .route("/docs", get(system::docs_page))
@@ -116,17 +118,32 @@ pub fn router(state: AppState) -> Router {
                 .layer(CatchPanicLayer::custom(|_| {
                     ApiError::Internal(anyhow::anyhow!("handler panicked")).into_response()
                 }))
-                .layer(HandleErrorLayer::new(|e: BoxError| async move {
-                    if e.is::<tower::timeout::error::Elapsed>() {
-                        ApiError::Timeout
-                    } else {
-                        ApiError::Internal(anyhow::anyhow!("middleware: {e}"))
-                    }
-                }))
-                .timeout(timeout)
+                .layer(middleware::from_fn(move |req: Request, next: Next| time_limit(timeouts, req, next)))
                 .layer(DefaultBodyLimit::max(body_limit)),
         )
         .with_state(state)
+}
+
+/// How long a request may run: writes of memories get longer, since a large
+/// batch's embedding takes its time (its work is dropped if it runs out).
+#[derive(Clone, Copy)]
+struct Timeouts {
+    request: Duration,
+    write: Duration,
+}
+
+/// Answers 503 `timeout` when the request runs past its time; dropping the
+/// handler's future drops its remaining work.
+async fn time_limit(timeouts: Timeouts, req: Request, next: Next) -> Response {
+    let limit = if req.method() == axum::http::Method::POST && req.uri().path() == "/v1/memories" {
+        timeouts.write
+    } else {
+        timeouts.request
+    };
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::Timeout.into_response(),
+    }
 }
 
 /// Runs the request with its id in scope (so error bodies carry it), records
