@@ -17,7 +17,8 @@
 . scripts/services.sh start
 
 BENCH_PG_PORT=${ENGRAM_TEST_PG_PORT:-54329}
-BENCH_BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/engram
+# ENGRAM_BENCH_BIN runs another build (say, the parent commit's) against the same client.
+BENCH_BIN=${ENGRAM_BENCH_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/release/engram}
 BENCH_LOG=$(mktemp)
 BENCH_SERVER_PID=
 BENCH_URL=
