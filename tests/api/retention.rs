@@ -254,3 +254,50 @@ async fn one_sweeper_at_a_time() {
     assert!(ran, "the lock is released with its lease");
     done(app, db).await;
 }
+
+#[tokio::test]
+async fn one_sweep_works_through_many_small_batches() {
+    let (app, db) = sweeping_app(|c| c.retention.sweep_batch = 2).await;
+    let mut memories = Vec::new();
+    for i in 0..5 {
+        memories.push(
+            json!({"agent_id": "b", "tier": "episodic", "content": format!("Episode {i}"), "retention": "transient"}),
+        );
+        memories.push(json!({"agent_id": "b", "session_id": "s", "tier": "working", "content": format!("Note {i}"),
+            "retention": "transient"}));
+        memories.push(
+            json!({"agent_id": "b", "tier": "episodic", "content": format!("Dull episode {i}"), "importance": 0.0}),
+        );
+    }
+    // A fact and the fact that supersedes it, both expiring: the superseded
+    // one leaves the in-process indexes too.
+    memories
+        .push(json!({"agent_id": "b", "tier": "semantic", "content": "The office is on floor 2", "subject": "office",
+        "predicate": "floor", "retention": "transient"}));
+    let written = app.write(json!({ "memories": memories })).await;
+    app.write_one(
+        json!({"agent_id": "b", "tier": "semantic", "content": "The office is on floor 3", "subject": "office",
+        "predicate": "floor", "retention": "transient"}),
+    )
+    .await;
+
+    app.clock.advance(Duration::days(30));
+    let preview = app.get_json("/v1/retention/preview").await.1;
+    assert_eq!(preview["tiers"][0]["expired"]["count"], 5, "{preview}");
+    assert_eq!(preview["tiers"][1]["expired"]["count"], 5, "{preview}");
+    assert_eq!(preview["tiers"][1]["decayed"]["count"], 5, "{preview}");
+    assert_eq!(preview["tiers"][2]["expired"]["count"], 2, "{preview}");
+    let report = app.retention.run_once().await.unwrap();
+    assert_eq!(report.deleted.get(&(Tier::Working, Reason::Expired)), Some(&5), "{report:?}");
+    assert_eq!(report.deleted.get(&(Tier::Episodic, Reason::Expired)), Some(&5), "{report:?}");
+    assert_eq!(report.deleted.get(&(Tier::Episodic, Reason::Decayed)), Some(&5), "{report:?}");
+    assert_eq!(report.deleted.get(&(Tier::Semantic, Reason::Expired)), Some(&2), "{report:?}");
+    for m in &written {
+        assert_eq!(stored_rows(&app, id_of(m)).await, 0, "{m}");
+    }
+    if app.storage.pg().is_none() {
+        let sizes = index_sizes(&app);
+        assert_eq!((sizes["vectors"], sizes["text"]), (0, 0));
+    }
+    done(app, db).await;
+}
