@@ -44,6 +44,8 @@ pub struct SweepReport {
     pub ran: bool,
     /// Memories deleted, per tier and reason.
     pub deleted: BTreeMap<(Tier, Reason), u64>,
+    /// What could not be swept this time (the error is logged).
+    pub failed: Vec<(Tier, Reason)>,
 }
 
 /// Ids a sweep would delete for one reason: how many, and the first of them.
@@ -71,7 +73,8 @@ impl RetentionSweep {
 
     /// `run_once`, stopping between batches once `stop` is cancelled (a
     /// batch, once begun, finishes: its commit and the index changes after
-    /// it belong together).
+    /// it belong together). A tier that fails (Redis down, say) is logged
+    /// and named in the report; the other tiers are still swept.
     pub async fn run_until(&self, stop: &CancellationToken) -> anyhow::Result<SweepReport> {
         let mut report = SweepReport::default();
         let Some(_lease) = self.sweep.try_begin().await.context("taking the sweep lock")? else {
@@ -80,47 +83,78 @@ impl RetentionSweep {
         report.ran = true;
         let now = self.clock.now();
         for tier in Tier::ALL {
-            loop {
-                let gone = self
-                    .sweep
-                    .delete_expired(tier, now, self.batch)
-                    .await
-                    .with_context(|| format!("deleting expired {} memories", tier.as_str()))?;
-                let full = gone.len() >= self.batch;
-                self.deleted(tier, Reason::Expired, gone, &mut report).await;
-                if !full || stop.is_cancelled() {
-                    break;
-                }
+            if let Err(e) = self.expire(tier, now, stop, &mut report).await {
+                tracing::warn!(error = ?e, tier = tier.as_str(), "retention: expired memories not swept");
+                report.failed.push((tier, Reason::Expired));
             }
         }
         for tier in Tier::ALL.into_iter().filter(|t| self.decay.applies_to(*t)) {
-            let mut after: Option<SweepCursor> = None;
-            loop {
-                let candidates = self
-                    .sweep
-                    .decay_candidates(tier, None, &self.decay, after.as_ref(), self.batch, now)
-                    .await
-                    .with_context(|| format!("listing {} memories that may decay", tier.as_str()))?;
-                let Some(last) = candidates.last() else { break };
-                after = Some((last.tenant.clone(), last.id));
-                let doomed: Vec<Doomed> = candidates
-                    .iter()
-                    .filter(|c| self.decay.should_forget(c, now))
-                    .map(|c| Doomed { tenant: c.tenant.clone(), id: c.id })
-                    .collect();
-                let gone = self
-                    .sweep
-                    .delete(tier, &doomed)
-                    .await
-                    .with_context(|| format!("deleting decayed {} memories", tier.as_str()))?;
-                self.deleted(tier, Reason::Decayed, gone, &mut report).await;
-                if candidates.len() < self.batch || stop.is_cancelled() {
-                    break;
-                }
+            if let Err(e) = self.decay(tier, now, stop, &mut report).await {
+                tracing::warn!(error = ?e, tier = tier.as_str(), "retention: decayed memories not swept");
+                report.failed.push((tier, Reason::Decayed));
             }
         }
         self.observe().await;
         Ok(report)
+    }
+
+    /// Deletes a tier's expired memories, batch after batch.
+    async fn expire(
+        &self,
+        tier: Tier,
+        now: DateTime<Utc>,
+        stop: &CancellationToken,
+        report: &mut SweepReport,
+    ) -> anyhow::Result<()> {
+        while !stop.is_cancelled() {
+            let gone = self
+                .sweep
+                .delete_expired(tier, now, self.batch)
+                .await
+                .with_context(|| format!("deleting expired {} memories", tier.as_str()))?;
+            let full = gone.len() >= self.batch;
+            self.deleted(tier, Reason::Expired, gone, report).await;
+            if !full {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes a tier's decayed memories: candidates a batch at a time, the
+    /// rule deciding, then one delete per batch.
+    async fn decay(
+        &self,
+        tier: Tier,
+        now: DateTime<Utc>,
+        stop: &CancellationToken,
+        report: &mut SweepReport,
+    ) -> anyhow::Result<()> {
+        let mut after: Option<SweepCursor> = None;
+        while !stop.is_cancelled() {
+            let candidates = self
+                .sweep
+                .decay_candidates(tier, None, &self.decay, after.as_ref(), self.batch, now)
+                .await
+                .with_context(|| format!("listing {} memories that may decay", tier.as_str()))?;
+            let Some(last) = candidates.last() else { break };
+            after = Some((last.tenant.clone(), last.id));
+            let doomed: Vec<Doomed> = candidates
+                .iter()
+                .filter(|c| self.decay.should_forget(c, now))
+                .map(|c| Doomed { tenant: c.tenant.clone(), id: c.id })
+                .collect();
+            let gone = self
+                .sweep
+                .delete(tier, &doomed)
+                .await
+                .with_context(|| format!("deleting decayed {} memories", tier.as_str()))?;
+            self.deleted(tier, Reason::Decayed, gone, report).await;
+            if candidates.len() < self.batch {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// Counts a batch, and evicts deleted skills from the cache (a failure
@@ -201,7 +235,9 @@ impl RetentionSweep {
                 _ = ticker.tick() => {}
             }
             match self.run_until(&shutdown).await {
-                Ok(report) if report.ran => tracing::info!(?report.deleted, "retention sweep done"),
+                Ok(report) if report.ran => {
+                    tracing::info!(deleted = ?report.deleted, failed = ?report.failed, "retention sweep done")
+                }
                 Ok(_) => tracing::debug!("retention sweep skipped: another sweeper is at work"),
                 Err(e) => tracing::error!(error = ?e, "retention sweep failed; retrying at the next tick"),
             }

@@ -44,6 +44,8 @@ pub struct RedisStore {
     max_entries: usize,
     skill_ttl_secs: i64,
     retry_after_secs: u64,
+    /// Per-command timeout (also bounds each step of a SCAN).
+    timeout: Duration,
 }
 
 /// Escapes `%` and `:` so key components cannot run into each other.
@@ -77,6 +79,7 @@ impl RedisStore {
             max_entries: config.working_max_entries,
             skill_ttl_secs: config.procedural_cache_ttl_secs as i64,
             retry_after_secs: config.retry_after_secs,
+            timeout,
         })
     }
 
@@ -181,17 +184,29 @@ impl RedisStore {
         Ok((count, expired.into_iter().take(limit).map(|m| m.id).collect()))
     }
 
-    /// Keys matching `pattern`, with SCAN (which never blocks Redis).
+    /// Keys matching `pattern`, with SCAN (which never blocks Redis). Each
+    /// key must arrive within the command timeout: a SCAN stream does not
+    /// time out by itself, and waits for a reconnection that may never come.
     async fn scan(&self, pattern: String) -> StoreResult<Vec<String>> {
-        use futures::TryStreamExt;
+        use futures::{StreamExt, TryStreamExt};
         let client = self.pool.next();
-        let keys: Vec<fred::types::Key> = if client.is_clustered() {
-            client.scan_cluster_buffered(pattern, Some(500), None).try_collect().await
+        let mut stream = if client.is_clustered() {
+            client.scan_cluster_buffered(pattern, Some(500), None).boxed()
         } else {
-            client.scan_buffered(pattern, Some(500), None).try_collect().await
+            client.scan_buffered(pattern, Some(500), None).boxed()
+        };
+        let mut keys = Vec::new();
+        loop {
+            match tokio::time::timeout(self.timeout, stream.try_next()).await {
+                Ok(Ok(Some(key))) => keys.extend(key.into_string()),
+                Ok(Ok(None)) => return Ok(keys),
+                Ok(Err(e)) => return Err(self.unavailable(e)),
+                Err(_) => {
+                    let e = fred::error::Error::new(fred::error::ErrorKind::Timeout, "SCAN timed out");
+                    return Err(self.unavailable(e));
+                }
+            }
         }
-        .map_err(|e| self.unavailable(e))?;
-        Ok(keys.into_iter().filter_map(|k| k.into_string()).collect())
     }
 
     /// The tenant a session list belongs to, from its key.

@@ -138,7 +138,7 @@ async fn an_expired_memory_of_every_tier_is_gone_from_every_store_after_one_swee
     app.clock.advance(Duration::hours(2));
     let preview = app.get_json("/v1/retention/preview").await.1;
     let report = app.retention.run_once().await.unwrap();
-    assert!(report.ran);
+    assert!(report.ran && report.failed.is_empty(), "{report:?}");
     for (i, tier) in [Tier::Working, Tier::Episodic, Tier::Semantic, Tier::Procedural].into_iter().enumerate() {
         assert_eq!(report.deleted.get(&(tier, Reason::Expired)), Some(&1), "{tier:?}: {report:?}");
         assert_eq!(preview["tiers"][i]["expired"]["ids"], json!([expiring[i]["id"]]), "{preview}");
@@ -299,5 +299,22 @@ async fn one_sweep_works_through_many_small_batches() {
         let sizes = index_sizes(&app);
         assert_eq!((sizes["vectors"], sizes["text"]), (0, 0));
     }
+    done(app, db).await;
+}
+
+#[tokio::test]
+async fn with_redis_down_the_persistent_tiers_are_still_swept() {
+    let (app, db) = sweeping_app(|c| c.redis.url = "redis://127.0.0.1:1".into()).await;
+    if app.postgres_only("working memory in Redis").is_none() {
+        return done(app, db).await;
+    }
+    let m = app
+        .write_one(json!({"agent_id": "r", "tier": "episodic", "content": "Went offline", "retention": "transient"}))
+        .await;
+    app.clock.advance(Duration::hours(2));
+    let report = app.retention.run_once().await.unwrap();
+    assert_eq!(report.failed, [(Tier::Working, Reason::Expired)], "{report:?}");
+    assert_eq!(report.deleted.get(&(Tier::Episodic, Reason::Expired)), Some(&1), "{report:?}");
+    assert_eq!(stored_rows(&app, id_of(&m)).await, 0);
     done(app, db).await;
 }
