@@ -61,7 +61,9 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     let (open, idle) = state.db_pool.connections();
     metrics::gauge!("engram_db_pool_connections", "state" => "open").set(f64::from(open));
     metrics::gauge!("engram_db_pool_connections", "state" => "idle").set(idle as f64);
-    state.retention.observe().await;
+    // The backlog is counted in the database: a scrape must not wait out a
+    // pool timeout when it is down (the gauges then keep their last values).
+    let _ = tokio::time::timeout(Duration::from_secs(1), state.retention.observe()).await;
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render()).into_response()
 }
 
