@@ -318,3 +318,32 @@ async fn with_redis_down_the_persistent_tiers_are_still_swept() {
     assert_eq!(stored_rows(&app, id_of(&m)).await, 0);
     done(app, db).await;
 }
+
+#[tokio::test]
+async fn a_sweep_dropped_midway_leaves_the_indexes_matching_the_database() {
+    let (app, db) = sweeping_app(|c| c.retention.sweep_batch = 2).await;
+    let Some(sqlite) = app.storage.sqlite().cloned() else {
+        eprintln!("skipped on the Postgres backend: the in-process indexes are the embedded backend's");
+        return done(app, db).await;
+    };
+    let memories: Vec<Value> = (0..40)
+        .map(|i| json!({"agent_id": "c", "tier": "episodic", "content": format!("Step {i}"), "retention": "transient"}))
+        .collect();
+    app.write(json!({ "memories": memories })).await;
+    app.clock.advance(Duration::hours(2));
+    let rows = || async {
+        let n: i64 = sqlx::query_scalar("select count(*) from memories").fetch_one(sqlite.pool()).await.unwrap();
+        n as usize
+    };
+    for micros in [50, 200, 500, 1_000, 2_000, 5_000] {
+        // The caller stops waiting mid-sweep; a batch already begun finishes.
+        let _ = tokio::time::timeout(std::time::Duration::from_micros(micros), app.retention.run_once()).await;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let sizes = index_sizes(&app);
+        let n = rows().await;
+        assert_eq!((sizes["vectors"], sizes["text"]), (n, n), "after a sweep dropped at {micros} µs");
+    }
+    app.retention.run_once().await.unwrap();
+    assert_eq!(rows().await, 0);
+    done(app, db).await;
+}

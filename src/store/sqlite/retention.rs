@@ -4,8 +4,11 @@
 //! and expired working-memory entries with the tenant's cached sessions.
 //!
 //! Every batch takes the write gate for its own transaction only, so writes
-//! queue behind one batch at most, never behind a whole sweep; searches
-//! never wait (they read the indexes under a read lock held per search).
+//! queue behind one batch at most, never behind a whole sweep; searches wait
+//! only while a batch's removals are applied to the in-process indexes.
+//! Working memory's `expires_at` is a wall-clock deadline (see `working.rs`),
+//! compared here with the sweep's clock: the two agree outside tests, and a
+//! test clock moved forward only makes more entries due.
 //!
 //! Must not: decide what decays (`domain::retention` does).
 
@@ -31,34 +34,10 @@ impl Sweep for SqliteStore {
     }
 
     async fn delete_expired(&self, tier: Tier, now: DateTime<Utc>, limit: usize) -> StoreResult<Vec<Doomed>> {
-        let _gate = self.inner.write_gate.lock().await;
-        let mut tx = self.inner.pool.begin().await.map_err(store_error)?;
-        // Through the partial indexes on expires_at (migration 0005).
-        let rows: Vec<(String, Uuid)> = if tier == Tier::Working {
-            sqlx::query_as(
-                "delete from working_memory where seq in (select seq from working_memory \
-                     where expires_at is not null and expires_at <= ?1 order by expires_at limit ?2) \
-                 returning tenant_id, id",
-            )
-            .bind(micros(now))
-            .bind(limit as i64)
-            .fetch_all(&mut *tx)
-            .await
-        } else {
-            sqlx::query_as(
-                "delete from memories where seq in (select seq from memories \
-                     where tier = ?1 and expires_at is not null and expires_at <= ?2 order by expires_at limit ?3) \
-                 returning tenant_id, id",
-            )
-            .bind(tier.as_str())
-            .bind(micros(now))
-            .bind(limit as i64)
-            .fetch_all(&mut *tx)
-            .await
-        }
-        .map_err(store_error)?;
-        tx.commit().await.map_err(store_error)?;
-        Ok(self.forget_deleted(tier, rows))
+        // Spawned: once begun, a batch's commit and its index removals
+        // happen together even if the caller stops waiting.
+        let store = self.clone();
+        finish(tokio::spawn(async move { store.delete_expired_batch(tier, now, limit).await })).await
     }
 
     async fn expired(
@@ -158,6 +137,52 @@ impl Sweep for SqliteStore {
     }
 
     async fn delete(&self, tier: Tier, rows: &[Doomed]) -> StoreResult<Vec<Doomed>> {
+        let (store, rows) = (self.clone(), rows.to_vec());
+        finish(tokio::spawn(async move { store.delete_batch(tier, &rows).await })).await
+    }
+
+    fn index_sizes(&self) -> Vec<(&'static str, usize)> {
+        let vectors = self.inner.vectors.read().unwrap_or_else(|poisoned| poisoned.into_inner()).len();
+        let text = self.inner.text.read().unwrap_or_else(|poisoned| poisoned.into_inner()).len();
+        vec![("vectors", vectors), ("text", text)]
+    }
+}
+
+impl SqliteStore {
+    /// One batch of expired memories of `tier`, deleted under the write gate.
+    async fn delete_expired_batch(&self, tier: Tier, now: DateTime<Utc>, limit: usize) -> StoreResult<Vec<Doomed>> {
+        let _gate = self.inner.write_gate.lock().await;
+        let mut tx = self.inner.pool.begin().await.map_err(store_error)?;
+        // Through the partial indexes on expires_at (migration 0005).
+        let rows: Vec<(String, Uuid)> = if tier == Tier::Working {
+            sqlx::query_as(
+                "delete from working_memory where seq in (select seq from working_memory \
+                     where expires_at is not null and expires_at <= ?1 order by expires_at limit ?2) \
+                 returning tenant_id, id",
+            )
+            .bind(micros(now))
+            .bind(limit as i64)
+            .fetch_all(&mut *tx)
+            .await
+        } else {
+            sqlx::query_as(
+                "delete from memories where seq in (select seq from memories \
+                     where tier = ?1 and expires_at is not null and expires_at <= ?2 order by expires_at limit ?3) \
+                 returning tenant_id, id",
+            )
+            .bind(tier.as_str())
+            .bind(micros(now))
+            .bind(limit as i64)
+            .fetch_all(&mut *tx)
+            .await
+        }
+        .map_err(store_error)?;
+        tx.commit().await.map_err(store_error)?;
+        Ok(self.forget_deleted(tier, rows))
+    }
+
+    /// These memories of `tier`, deleted under the write gate.
+    async fn delete_batch(&self, tier: Tier, rows: &[Doomed]) -> StoreResult<Vec<Doomed>> {
         if rows.is_empty() || tier == Tier::Working {
             return Ok(Vec::new());
         }
@@ -180,14 +205,6 @@ impl Sweep for SqliteStore {
         Ok(self.forget_deleted(tier, deleted))
     }
 
-    fn index_sizes(&self) -> Vec<(&'static str, usize)> {
-        let vectors = self.inner.vectors.read().unwrap_or_else(|poisoned| poisoned.into_inner()).len();
-        let text = self.inner.text.read().unwrap_or_else(|poisoned| poisoned.into_inner()).len();
-        vec![("vectors", vectors), ("text", text)]
-    }
-}
-
-impl SqliteStore {
     /// After the commit of a sweep's batch (under the write gate): removes
     /// the deleted memories from the in-process indexes, or for working
     /// memory drops the tenants' cached sessions.
@@ -205,4 +222,9 @@ impl SqliteStore {
         }
         rows.into_iter().map(|(tenant, id)| Doomed { tenant, id }).collect()
     }
+}
+
+/// The result of a spawned batch (a panic in it is an internal error).
+async fn finish(task: tokio::task::JoinHandle<StoreResult<Vec<Doomed>>>) -> StoreResult<Vec<Doomed>> {
+    task.await.map_err(|e| crate::store::StoreError::Internal(anyhow::anyhow!("sweep batch failed: {e}")))?
 }
