@@ -33,6 +33,8 @@ pub struct AppState {
     pub metrics: PrometheusHandle,
     /// The database connection pool, for the pool gauges.
     pub db_pool: DbPool,
+    /// The retention sweep, for its dry run and gauges (the job runs it too).
+    pub retention: Arc<jobs::retention::RetentionSweep>,
     /// The OpenAPI document, rendered once.
     pub openapi_json: Arc<String>,
     pub body_limit: usize,
@@ -104,7 +106,15 @@ pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::
         ),
         retention: config.retention.policy(),
     };
+    let retention = jobs::retention::RetentionSweep {
+        sweep: storage.sweep.clone(),
+        skills: storage.skills.clone(),
+        clock: service.clock.clone(),
+        decay: config.retention.decay_rule(),
+        batch: config.retention.sweep_batch,
+    };
     let state = AppState {
+        retention: Arc::new(retention),
         service: Arc::new(service),
         auth: Arc::new(auth),
         metrics: crate::telemetry::metrics_handle(),

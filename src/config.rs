@@ -117,7 +117,7 @@ pub struct RetentionConfig {
     /// Always `never`: a permanent memory neither expires nor decays.
     pub permanent: String,
     /// Seconds between sweeps; 0 turns the sweep off (reads still hide
-    /// expired memories). The sweep itself is not built yet: validated only.
+    /// expired memories).
     pub sweep_interval_secs: u64,
     /// Rows deleted per transaction.
     pub sweep_batch: usize,

@@ -8,7 +8,8 @@
 //! - [`domain`]: tiers, retention, classification, validation: pure rules.
 //! - [`store`]: the storage traits and their backends (Postgres, Redis).
 //! - [`embed`]: embedders behind one trait.
-//! - [`jobs`]: background upkeep (partitions, expired idempotency keys).
+//! - [`jobs`]: background upkeep (partitions, expired idempotency keys,
+//!   re-embedding, the retention sweep).
 //! - [`transfer`]: `engram export` and `engram import`, a tenant as JSON Lines.
 //! - [`app`]: builds the state, runs the server, shuts it down.
 //! - [`config`], [`error`], [`telemetry`], [`clock`]: the plumbing.

@@ -168,7 +168,7 @@ pub struct DecayCandidate {
     pub id: uuid::Uuid,
     pub tier: Tier,
     pub retention: Retention,
-    pub importance: f32,
+    pub importance: f64,
     /// Ingestion time.
     pub created_at: DateTime<Utc>,
     /// The last counted retrieval (see `search.access_interval_secs`).
@@ -221,7 +221,7 @@ impl DecayRule {
         let age_days = ((now - since).num_milliseconds() as f64 / 86_400_000.0).max(0.0);
         let recency = (-std::f64::consts::LN_2 * age_days / self.half_life_days).exp();
         let frequency = ((c.access_count.max(0) as f64).ln_1p() / FREQUENCY_SATURATION.ln()).min(1.0);
-        IMPORTANCE_WEIGHT * f64::from(c.importance) + RECENCY_WEIGHT * recency + FREQUENCY_WEIGHT * frequency
+        IMPORTANCE_WEIGHT * c.importance + RECENCY_WEIGHT * recency + FREQUENCY_WEIGHT * frequency
     }
 
     /// Whether decay forgets the memory at `now`.
@@ -239,8 +239,8 @@ impl DecayRule {
 
     /// Importance at or above this never decays (recency and frequency are
     /// at least 0), so backends list only memories below it.
-    pub fn importance_below(&self) -> f32 {
-        (self.threshold / IMPORTANCE_WEIGHT) as f32
+    pub fn importance_below(&self) -> f64 {
+        self.threshold / IMPORTANCE_WEIGHT
     }
 }
 
@@ -253,7 +253,7 @@ mod tests {
         Utc.with_ymd_and_hms(2026, 1, 31, 12, 0, 0).unwrap()
     }
 
-    fn candidate(importance: f32, last_access_days_ago: Option<i64>, accesses: i64) -> DecayCandidate {
+    fn candidate(importance: f64, last_access_days_ago: Option<i64>, accesses: i64) -> DecayCandidate {
         DecayCandidate {
             tenant: "t".into(),
             id: uuid::Uuid::nil(),

@@ -9,6 +9,7 @@ pub mod extract;
 pub mod memories;
 pub mod recall;
 pub mod response;
+pub mod retention;
 pub mod system;
 
 use std::time::{Duration, Instant};
@@ -53,6 +54,7 @@ const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
     tags(
         (name = "memories", description = "Write, read, list, update and delete memories"),
         (name = "recall", description = "Search with priority scoring, and token-budgeted context"),
+        (name = "retention", description = "What the retention sweep will delete"),
         (name = "operations", description = "Health, readiness and metrics"),
     )
 )]
@@ -78,6 +80,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(memories::memory_history))
         .routes(routes!(recall::search_memories))
         .routes(routes!(recall::build_context))
+        .routes(routes!(retention::preview_retention))
         .routes(routes!(system::healthz))
         .routes(routes!(system::readyz))
         .routes(routes!(system::metrics))

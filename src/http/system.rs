@@ -53,13 +53,17 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     (status, Json(Readiness { status: if ready { "ready" } else { "not_ready" }, checks })).into_response()
 }
 
-/// Prometheus metrics: per-route latency histograms, store latencies, pool gauges.
+/// Prometheus metrics: per-route latency histograms, store latencies, pool
+/// gauges, retention (deleted, backlog) and in-process index sizes.
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
 pub async fn metrics(State(state): State<AppState>) -> Response {
     let (open, idle) = state.db_pool.connections();
     metrics::gauge!("engram_db_pool_connections", "state" => "open").set(f64::from(open));
     metrics::gauge!("engram_db_pool_connections", "state" => "idle").set(idle as f64);
+    // The backlog is counted in the database: a scrape must not wait out a
+    // pool timeout when it is down (the gauges then keep their last values).
+    let _ = tokio::time::timeout(Duration::from_secs(1), state.retention.observe()).await;
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render()).into_response()
 }
 

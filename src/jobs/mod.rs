@@ -5,6 +5,7 @@
 pub mod access;
 pub mod maintenance;
 pub mod reembed;
+pub mod retention;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -28,6 +29,10 @@ pub fn spawn_all(tracker: &TaskTracker, app: &mut App, shutdown: CancellationTok
         partitions_ahead_months: app.config.database.partitions_ahead_months,
     };
     tracker.spawn(job.run(std::time::Duration::from_secs(6 * 3600), shutdown.clone()));
+    if app.config.retention.sweep_interval_secs > 0 {
+        let every = std::time::Duration::from_secs(app.config.retention.sweep_interval_secs);
+        tracker.spawn(app.state.retention.clone().run(every, shutdown.clone()));
+    }
     if let Some(embedder) = app.state.service.embedder.clone().filter(|_| app.config.embedding.reembed_batch > 0) {
         let job = reembed::Reembed {
             store: app.storage.clone(),

@@ -6,8 +6,9 @@
 //!
 //! Besides the three request-path traits, each backend implements capability
 //! traits for the work around requests: `Maintenance` (model indexes,
-//! partitions, re-embedding, idempotency keys, closing) and `Transfer`
-//! (export and import). `Storage` (in `storage.rs`) holds one handle of each,
+//! partitions, re-embedding, idempotency keys, closing), `Transfer`
+//! (export and import) and `Sweep` (deleting what retention no longer keeps).
+//! `Storage` (in `storage.rs`) holds one handle of each,
 //! built in one place, so no caller matches on the backend. A new kind of
 //! administrative work is a new capability implemented once per backend: an
 //! `Erasure` capability (everything of one user or tenant, from every store)
@@ -29,6 +30,7 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::domain::retention::{DecayCandidate, DecayRule};
 use crate::domain::validate::FieldError;
 use crate::domain::{Memory, MemoryPatch, NewMemory, Tier, WrittenMemory};
 
@@ -445,4 +447,76 @@ pub trait Transfer: Send + Sync {
 
     /// Every live working-memory entry of a tenant, each session oldest first.
     async fn working_entries(&self, tenant: &str) -> StoreResult<Vec<Memory>>;
+}
+
+/// A memory a sweep deleted, or would delete.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Doomed {
+    pub tenant: String,
+    pub id: Uuid,
+}
+
+/// Where a decay listing continues: the last candidate's (tenant, id).
+pub type SweepCursor = (String, Uuid);
+
+/// The right to sweep, held until dropped (on Postgres, an advisory lock
+/// across replicas on a connection of its own, released when it closes).
+pub struct SweepLease {
+    _held: Box<dyn Send>,
+}
+
+impl SweepLease {
+    pub fn holding(held: impl Send + 'static) -> SweepLease {
+        SweepLease { _held: Box::new(held) }
+    }
+}
+
+/// Deleting what retention no longer keeps, from every store a memory lives
+/// in (rows, in-process indexes, working-memory lists). Primitives only:
+/// which memories decay is decided by `domain::retention`, the order of
+/// work by `jobs::retention`. Evicting cached skills is the caller's (the
+/// `SkillCache` is its own capability).
+#[async_trait]
+pub trait Sweep: Send + Sync {
+    /// The right to sweep; `None` while another sweeper holds it.
+    async fn try_begin(&self) -> StoreResult<Option<SweepLease>>;
+
+    /// Deletes up to `limit` memories of `tier` (any tenant) whose
+    /// `expires_at` is at or before `now`, as one transaction, and returns them.
+    async fn delete_expired(&self, tier: Tier, now: DateTime<Utc>, limit: usize) -> StoreResult<Vec<Doomed>>;
+
+    /// How many of `tenant`'s memories of `tier` are expired at `now` and not
+    /// yet deleted, and the ids of up to `limit` of them (soonest expired first).
+    async fn expired(
+        &self,
+        tenant: &str,
+        tier: Tier,
+        now: DateTime<Utc>,
+        limit: usize,
+    ) -> StoreResult<(u64, Vec<Uuid>)>;
+
+    /// Memories expired at `now` and not yet deleted, per tier, across
+    /// tenants (a tier the backend cannot count cheaply is left out).
+    async fn expired_backlog(&self, now: DateTime<Utc>) -> StoreResult<Vec<(Tier, u64)>>;
+
+    /// Up to `limit` live memories of `tier` that `rule` might forget
+    /// (importance below its bound, not permanent, ingested long enough
+    /// ago), of `tenant` when given, in a stable order after `after`.
+    async fn decay_candidates(
+        &self,
+        tier: Tier,
+        tenant: Option<&str>,
+        rule: &DecayRule,
+        after: Option<&SweepCursor>,
+        limit: usize,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<DecayCandidate>>;
+
+    /// Deletes these memories of a persistent `tier` as one transaction;
+    /// returns those that were still there.
+    async fn delete(&self, tier: Tier, rows: &[Doomed]) -> StoreResult<Vec<Doomed>>;
+
+    /// Entries of the backend's in-process indexes, by index name (none on
+    /// backends without such indexes).
+    fn index_sizes(&self) -> Vec<(&'static str, usize)>;
 }

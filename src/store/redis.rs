@@ -21,7 +21,7 @@ use fred::prelude::*;
 use fred::types::Expiration;
 use uuid::Uuid;
 
-use super::{SkillCache, StoreError, StoreResult, WorkingMemory};
+use super::{Doomed, SkillCache, StoreError, StoreResult, WorkingMemory};
 use crate::config::RedisConfig;
 use crate::domain::Memory;
 
@@ -44,6 +44,8 @@ pub struct RedisStore {
     max_entries: usize,
     skill_ttl_secs: i64,
     retry_after_secs: u64,
+    /// Per-command timeout (also bounds each step of a SCAN).
+    timeout: Duration,
 }
 
 /// Escapes `%` and `:` so key components cannot run into each other.
@@ -77,6 +79,7 @@ impl RedisStore {
             max_entries: config.working_max_entries,
             skill_ttl_secs: config.procedural_cache_ttl_secs as i64,
             retry_after_secs: config.retry_after_secs,
+            timeout,
         })
     }
 
@@ -125,16 +128,8 @@ impl RedisStore {
     /// key order), each session oldest first (for export). The session
     /// lists are found with SCAN, which never blocks Redis.
     pub async fn entries(&self, tenant: &str) -> StoreResult<Vec<Memory>> {
-        use futures::TryStreamExt;
         let pattern = format!("{}:{}:wm:s:*", glob_escape(&self.prefix), glob_escape(&esc(tenant)));
-        let client = self.pool.next();
-        let keys: Vec<fred::types::Key> = if client.is_clustered() {
-            client.scan_cluster_buffered(pattern, Some(500), None).try_collect().await
-        } else {
-            client.scan_buffered(pattern, Some(500), None).try_collect().await
-        }
-        .map_err(|e| self.unavailable(e))?;
-        let mut sessions: Vec<String> = keys.into_iter().filter_map(|k| k.into_string()).collect();
+        let mut sessions = self.scan(pattern).await?;
         sessions.sort();
         let mut out = Vec::new();
         for session in sessions {
@@ -148,10 +143,88 @@ impl RedisStore {
         Ok(out)
     }
 
+    /// Deletes working-memory entries expired at `now` (by their own
+    /// `expires_at`, whatever their key's TTL says), up to about `limit` of
+    /// them, and takes out of every session list the ids whose entry is gone
+    /// (expired by its TTL, or deleted here); returns the deleted entries.
+    /// Session lists are found with SCAN across tenants; a list emptied
+    /// this way is deleted with its last id.
+    pub async fn sweep_expired(&self, now: DateTime<Utc>, limit: usize) -> StoreResult<Vec<Doomed>> {
+        let mut deleted = Vec::new();
+        for session in self.scan(format!("{}:*:wm:s:*", glob_escape(&self.prefix))).await? {
+            let Some(tenant) = self.tenant_of(&session) else { continue };
+            let ids: Vec<String> = self.pool.lrange(&session, 0, -1).await.map_err(|e| self.unavailable(e))?;
+            let parsed: Vec<Uuid> = ids.iter().filter_map(|id| id.parse().ok()).collect();
+            let raws = self.get_many(parsed.iter().map(|id| self.item_key(&tenant, *id)).collect()).await?;
+            for (id, raw) in parsed.into_iter().zip(raws) {
+                if let Some(raw) = raw {
+                    let entry: Memory = serde_json::from_str(&raw).map_err(|e| StoreError::Internal(e.into()))?;
+                    if !entry.is_expired(now) {
+                        continue;
+                    }
+                    let _: i64 = self.pool.del(self.item_key(&tenant, id)).await.map_err(|e| self.unavailable(e))?;
+                    deleted.push(Doomed { tenant: tenant.clone(), id });
+                }
+                // Deleted here, or gone by its TTL: only the list still names it.
+                let _: i64 = self.pool.lrem(&session, 0, id.to_string()).await.map_err(|e| self.unavailable(e))?;
+            }
+            if deleted.len() >= limit {
+                break;
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// A tenant's working-memory entries expired at `now` but still stored:
+    /// how many, and up to `limit` ids.
+    pub async fn expired_of(&self, tenant: &str, now: DateTime<Utc>, limit: usize) -> StoreResult<(u64, Vec<Uuid>)> {
+        let mut expired: Vec<Memory> = self.entries(tenant).await?.into_iter().filter(|m| m.is_expired(now)).collect();
+        expired.sort_by_key(|m| (m.expires_at, m.id));
+        let count = expired.len() as u64;
+        Ok((count, expired.into_iter().take(limit).map(|m| m.id).collect()))
+    }
+
+    /// Keys matching `pattern`, with SCAN (which never blocks Redis). Each
+    /// key must arrive within the command timeout: a SCAN stream does not
+    /// time out by itself, and waits for a reconnection that may never come.
+    async fn scan(&self, pattern: String) -> StoreResult<Vec<String>> {
+        use futures::{StreamExt, TryStreamExt};
+        let client = self.pool.next();
+        let mut stream = if client.is_clustered() {
+            client.scan_cluster_buffered(pattern, Some(500), None).boxed()
+        } else {
+            client.scan_buffered(pattern, Some(500), None).boxed()
+        };
+        let mut keys = Vec::new();
+        loop {
+            match tokio::time::timeout(self.timeout, stream.try_next()).await {
+                Ok(Ok(Some(key))) => keys.extend(key.into_string()),
+                Ok(Ok(None)) => return Ok(keys),
+                Ok(Err(e)) => return Err(self.unavailable(e)),
+                Err(_) => {
+                    let e = fred::error::Error::new(fred::error::ErrorKind::Timeout, "SCAN timed out");
+                    return Err(self.unavailable(e));
+                }
+            }
+        }
+    }
+
+    /// The tenant a session list belongs to, from its key.
+    fn tenant_of(&self, session_key: &str) -> Option<String> {
+        let rest = session_key.strip_prefix(&self.prefix)?.strip_prefix(':')?;
+        let (tenant, _) = rest.split_once(":wm:s:")?;
+        Some(unesc(tenant))
+    }
+
     /// Seconds until `expires_at`, at least 1 (None: no expiry).
     fn ttl_secs(expires_at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Option<i64> {
         expires_at.map(|e| (e - now).num_seconds().max(1))
     }
+}
+
+/// Reverses `esc`.
+fn unesc(s: &str) -> String {
+    s.replace("%3A", ":").replace("%25", "%")
 }
 
 /// Escapes the characters a SCAN pattern treats as wildcards.
@@ -285,12 +358,13 @@ impl SkillCache for RedisStore {
 
 #[cfg(test)]
 mod tests {
-    use super::esc;
+    use super::{esc, unesc};
 
     #[test]
     fn key_components_cannot_collide() {
         // agent "a:b" + session "c" must differ from agent "a" + session "b:c".
         assert_ne!(format!("{}:{}", esc("a:b"), esc("c")), format!("{}:{}", esc("a"), esc("b:c")));
         assert_eq!(esc("50%:x"), "50%25%3Ax");
+        assert_eq!(unesc(&esc("50%3A:x%")), "50%3A:x%");
     }
 }

@@ -15,7 +15,11 @@ use chrono::{DateTime, Utc};
 use super::postgres::PgStore;
 use super::redis::RedisStore;
 use super::sqlite::{LocalSkillCache, SqliteStore};
-use super::{Cursor, Maintenance, MemoryStore, SkillCache, StoreResult, StoredMemory, Transfer, WorkingMemory};
+use super::{
+    Cursor, Doomed, Maintenance, MemoryStore, SkillCache, StoreResult, StoredMemory, Sweep, SweepCursor, SweepLease,
+    Transfer, WorkingMemory,
+};
+use crate::domain::retention::{DecayCandidate, DecayRule};
 use crate::domain::{Memory, Tier};
 
 /// Every capability of the active backend. Cheap to clone: handles only.
@@ -31,6 +35,8 @@ pub struct Storage {
     pub maintenance: Arc<dyn Maintenance>,
     /// Export and import.
     pub transfer: Arc<dyn Transfer>,
+    /// Deleting expired and decayed memories.
+    pub sweep: Arc<dyn Sweep>,
     /// The connection pool, for the pool gauges.
     pub pool: DbPool,
     /// The backend's own handle, for tests that look at its tables directly
@@ -72,7 +78,8 @@ impl Storage {
             working: redis.clone(),
             skills: redis,
             maintenance: both.clone(),
-            transfer: both,
+            transfer: both.clone(),
+            sweep: both,
             pool: DbPool::Postgres(pg.pool().clone()),
             raw: Raw::Postgres(pg),
         }
@@ -88,7 +95,8 @@ impl Storage {
             working: Arc::new(store.working_memory()),
             skills: Arc::new(LocalSkillCache::new(skill_ttl, skill_entries)),
             maintenance: handle.clone(),
-            transfer: handle,
+            transfer: handle.clone(),
+            sweep: handle,
             pool: DbPool::Sqlite(store.pool().clone()),
             raw: Raw::Embedded(store),
         }
@@ -172,6 +180,64 @@ impl Transfer for PostgresRedis {
 
     async fn working_entries(&self, tenant: &str) -> StoreResult<Vec<Memory>> {
         self.redis.entries(tenant).await
+    }
+}
+
+#[async_trait]
+impl Sweep for PostgresRedis {
+    async fn try_begin(&self) -> StoreResult<Option<SweepLease>> {
+        self.pg.try_begin_sweep().await
+    }
+
+    async fn delete_expired(&self, tier: Tier, now: DateTime<Utc>, limit: usize) -> StoreResult<Vec<Doomed>> {
+        match tier {
+            Tier::Working => self.redis.sweep_expired(now, limit).await,
+            _ => self.pg.delete_expired(tier, now, limit).await,
+        }
+    }
+
+    async fn expired(
+        &self,
+        tenant: &str,
+        tier: Tier,
+        now: DateTime<Utc>,
+        limit: usize,
+    ) -> StoreResult<(u64, Vec<uuid::Uuid>)> {
+        match tier {
+            Tier::Working => self.redis.expired_of(tenant, now, limit).await,
+            _ => self.pg.expired(tenant, tier, now, limit).await,
+        }
+    }
+
+    async fn expired_backlog(&self, now: DateTime<Utc>) -> StoreResult<Vec<(Tier, u64)>> {
+        // Working memory is left out: counting it means reading every entry.
+        self.pg.expired_backlog(now).await
+    }
+
+    async fn decay_candidates(
+        &self,
+        tier: Tier,
+        tenant: Option<&str>,
+        rule: &DecayRule,
+        after: Option<&SweepCursor>,
+        limit: usize,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<DecayCandidate>> {
+        match tier {
+            Tier::Working => Ok(Vec::new()),
+            _ => self.pg.decay_candidates(tier, tenant, rule, after, limit, now).await,
+        }
+    }
+
+    async fn delete(&self, tier: Tier, rows: &[Doomed]) -> StoreResult<Vec<Doomed>> {
+        match tier {
+            Tier::Working => Ok(Vec::new()),
+            _ => self.pg.delete_rows(tier, rows).await,
+        }
+    }
+
+    fn index_sizes(&self) -> Vec<(&'static str, usize)> {
+        Vec::new()
     }
 }
 

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use chrono::{DateTime, Duration, Utc};
 use engram::clock::Clock;
 use engram::config::{Config, EmbeddingProvider};
+use engram::jobs::retention::RetentionSweep;
 use engram::store::postgres::PgStore;
 use engram::store::{MemoryStore, Storage};
 use reqwest::{Response, StatusCode};
@@ -44,6 +45,8 @@ pub struct TestApp {
     pub storage: Storage,
     /// The app's persistent store, for store-level checks on either backend.
     pub store: Arc<dyn MemoryStore>,
+    /// The retention sweep, run by tests with `run_once`.
+    pub retention: Arc<RetentionSweep>,
     pub config: Config,
     /// Bearer key sent with every request, when the app has keys.
     pub api_key: Option<String>,
@@ -137,11 +140,12 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
     let app = engram::app::build_with_clock(config.clone(), clock.clone()).await.expect("app builds");
     let storage = app.storage.clone();
     let store = app.state.service.store.clone();
+    let retention = app.state.retention.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let shutdown = CancellationToken::new();
     tokio::spawn(engram::app::run(listener, app, shutdown.clone()));
-    TestApp { base, client: reqwest::Client::new(), clock, storage, store, config, api_key: None, shutdown }
+    TestApp { base, client: reqwest::Client::new(), clock, storage, store, retention, config, api_key: None, shutdown }
 }
 
 impl TestApp {
@@ -169,6 +173,7 @@ impl TestApp {
             clock: self.clock.clone(),
             storage: self.storage.clone(),
             store: self.store.clone(),
+            retention: self.retention.clone(),
             config: self.config.clone(),
             api_key: Some(key.to_string()),
             // A second handle must not stop the server when dropped.

@@ -2,10 +2,11 @@
 //! episodic partitions and per-model vector indexes. The `MemoryStore`
 //! implementation itself is in `memories.rs`, the write primitives
 //! (`WriteTx`) in `write.rs`; export and import of a tenant's rows in
-//! `transfer.rs`.
+//! `transfer.rs`; retention's deletes in `retention.rs`.
 
 mod memories;
 mod reembed;
+mod retention;
 mod rows;
 mod search;
 mod transfer;
@@ -28,6 +29,8 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 /// Advisory-lock keys; any replica may run maintenance, one at a time.
 const LOCK_PARTITIONS: i64 = 0x656e_6772_616d_0001;
 const LOCK_MODELS: i64 = 0x656e_6772_616d_0002;
+/// Held (session-level) by the one replica running a retention sweep.
+const LOCK_RETENTION: i64 = 0x656e_6772_616d_0003;
 
 /// The persistent store on Postgres.
 #[derive(Clone)]

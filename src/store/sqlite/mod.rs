@@ -9,6 +9,7 @@
 //! - `vectors.rs`: the in-process vector index, rebuilt the same way.
 //! - `reembed.rs`: moving stored vectors to the configured model.
 //! - `transfer.rs`: export and import, rows copied as they are.
+//! - `retention.rs`: deleting expired and decayed memories (`Sweep`).
 //! - `working.rs`: `WorkingMemory` as a table, `SkillCache` as a map.
 //! - `rows.rs`: the row shape and its conversion to `Memory`.
 //!
@@ -23,6 +24,7 @@
 
 mod memories;
 mod reembed;
+mod retention;
 mod rows;
 mod search;
 mod text;
@@ -91,6 +93,9 @@ struct Inner {
     /// Held by every write transaction from BEGIN until its index changes
     /// are applied.
     write_gate: Arc<tokio::sync::Mutex<()>>,
+    /// Held by a retention sweep from start to end (batches take `write_gate`
+    /// one at a time).
+    sweep_gate: Arc<tokio::sync::Mutex<()>>,
     /// Vectors of every memory that has one; read by searches, changed by
     /// writers after their commit (under `write_gate`).
     vectors: RwLock<VectorIndex>,
@@ -156,6 +161,7 @@ impl SqliteStore {
             inner: Arc::new(Inner {
                 pool,
                 write_gate: Arc::new(tokio::sync::Mutex::new(())),
+                sweep_gate: Default::default(),
                 vectors: RwLock::new(vectors),
                 text: RwLock::new(text),
                 sessions: Default::default(),

@@ -90,6 +90,12 @@ impl SqliteWorkingMemory {
         self.inner.sessions.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Drops the tenant's cached sessions, after a commit that changed its
+    /// working memory outside this file (the retention sweep).
+    pub(super) fn forget_sessions(&self, tenant: &str) {
+        self.sessions().forget(tenant);
+    }
+
     /// Every live entry of a tenant, in append order (for export).
     pub async fn entries(&self, tenant: &str) -> StoreResult<Vec<Memory>> {
         let entries: Vec<String> = sqlx::query_scalar(
