@@ -161,13 +161,17 @@ pub async fn run(listener: TcpListener, mut app: App, shutdown: CancellationToke
     tracker.close();
 
     let router = crate::http::router(app.state.clone());
-    let grace = Duration::from_millis(app.config.server.shutdown_grace_ms);
-    let token = shutdown.clone();
-    let server = axum::serve(listener, router).with_graceful_shutdown(async move { token.cancelled().await });
-    let server = tokio::spawn(async move { server.await });
+    let s = &app.config.server;
+    let grace = Duration::from_millis(s.shutdown_grace_ms);
+    let limits = crate::server::Limits {
+        header_read_timeout: Duration::from_millis(s.header_read_timeout_ms),
+        keep_alive_timeout: Duration::from_millis(s.keep_alive_timeout_ms),
+        max_connections: s.max_connections,
+    };
+    let server = tokio::spawn(crate::server::serve(listener, router, limits, shutdown.clone()));
     shutdown.cancelled().await;
     match tokio::time::timeout(grace, server).await {
-        Ok(joined) => joined.context("server task")?.context("serving")?,
+        Ok(joined) => joined.context("server task")?,
         Err(_) => tracing::warn!("requests still running after the grace period; exiting anyway"),
     }
     tracker.wait().await;

@@ -214,6 +214,15 @@ pub struct ServerConfig {
     pub request_timeout_ms: u64,
     /// How long shutdown waits for requests in flight.
     pub shutdown_grace_ms: u64,
+    /// A connection must deliver a request's complete headers within this
+    /// long of opening, or of its previous response.
+    pub header_read_timeout_ms: u64,
+    /// A kept-alive connection idle this long after a response is closed; 0
+    /// turns keep-alive off.
+    pub keep_alive_timeout_ms: u64,
+    /// Most connections open at once; at the limit a new connection closes
+    /// the one idle the longest.
+    pub max_connections: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -419,6 +428,9 @@ impl Default for ServerConfig {
             body_limit_bytes: 2 * 1024 * 1024,
             request_timeout_ms: 30_000,
             shutdown_grace_ms: 10_000,
+            header_read_timeout_ms: 30_000,
+            keep_alive_timeout_ms: 15_000,
+            max_connections: 512,
         }
     }
 }
@@ -601,6 +613,18 @@ impl Config {
         if self.server.request_timeout_ms == 0 {
             return bad("server.request_timeout_ms", "must be greater than 0");
         }
+        if self.server.header_read_timeout_ms == 0 || self.server.header_read_timeout_ms > 300_000 {
+            return bad("server.header_read_timeout_ms", "must be between 1 and 300000 (5 minutes)");
+        }
+        if self.server.keep_alive_timeout_ms > self.server.header_read_timeout_ms {
+            return bad(
+                "server.keep_alive_timeout_ms",
+                "must be at most server.header_read_timeout_ms, which also bounds the wait between requests",
+            );
+        }
+        if self.server.max_connections == 0 {
+            return bad("server.max_connections", "must be greater than 0");
+        }
         if self.database.max_connections == 0 {
             return bad("database.max_connections", "must be greater than 0");
         }
@@ -781,6 +805,19 @@ mod tests {
         let mut c = Config::default();
         c.log.format = "xml".into();
         assert!(c.validate().unwrap_err().to_string().contains("log.format"));
+    }
+
+    #[test]
+    fn connection_settings_are_validated_naming_the_key() {
+        let mut c = Config::default();
+        c.server.header_read_timeout_ms = 0;
+        assert!(c.validate().unwrap_err().to_string().contains("server.header_read_timeout_ms"));
+        let mut c = Config::default();
+        c.server.keep_alive_timeout_ms = c.server.header_read_timeout_ms + 1;
+        assert!(c.validate().unwrap_err().to_string().contains("server.keep_alive_timeout_ms"));
+        let mut c = Config::default();
+        c.server.max_connections = 0;
+        assert!(c.validate().unwrap_err().to_string().contains("server.max_connections"));
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! - [`embed`]: embedders behind one trait.
 //! - [`jobs`]: background upkeep (partitions, expired idempotency keys).
 //! - [`transfer`]: `engram export` and `engram import`, a tenant as JSON Lines.
-//! - [`app`]: builds the state, runs the server, shuts it down.
+//! - [`app`]: builds the state, runs the server, shuts it down; [`server`]:
+//!   the connections under the router (timeouts, a limit, lingering close).
 //! - [`config`], [`error`], [`telemetry`], [`clock`]: the plumbing.
 
 pub mod app;
@@ -22,6 +23,7 @@ pub mod error;
 pub mod http;
 pub mod jobs;
 pub mod recall;
+pub mod server;
 pub mod service;
 pub mod store;
 pub mod telemetry;

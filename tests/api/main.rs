@@ -2,6 +2,7 @@
 //! Postgres and Redis that `scripts/test.sh` starts. Each test gets its own
 //! tenant and Redis key prefix, so tests run in parallel on one database.
 
+mod connections;
 mod contract;
 mod errors;
 mod helpers;
