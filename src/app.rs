@@ -156,6 +156,8 @@ pub async fn open_storage(config: &Config, now: chrono::DateTime<chrono::Utc>) -
 /// Serves until `shutdown` is cancelled, then drains requests (bounded by
 /// the grace period), stops the jobs and closes the backends.
 pub async fn run(listener: TcpListener, mut app: App, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let addr = listener.local_addr().context("reading the listening address")?;
+    refuse_keyless_on_network(&app, addr)?;
     let tracker = TaskTracker::new();
     jobs::spawn_all(&tracker, &mut app, shutdown.clone());
     tracker.close();
@@ -176,6 +178,20 @@ pub async fn run(listener: TcpListener, mut app: App, shutdown: CancellationToke
     }
     tracker.wait().await;
     app.storage.maintenance.close().await;
+    Ok(())
+}
+
+/// Without API keys anyone who reaches the server reads and writes every
+/// memory: that is for loopback, unless the configuration says otherwise.
+fn refuse_keyless_on_network(app: &App, addr: std::net::SocketAddr) -> anyhow::Result<()> {
+    if app.state.auth.is_open() && !addr.ip().is_loopback() && !app.config.auth.allow_keyless_on_network {
+        anyhow::bail!(
+            "refusing to listen on {addr} without API keys: anyone who can reach it could read and write \
+             every memory. Configure keys (ENGRAM_API_KEYS or [[auth.keys]]), listen on 127.0.0.1, or set \
+             auth.allow_keyless_on_network = true (ENGRAM_AUTH__ALLOW_KEYLESS_ON_NETWORK=true) to serve \
+             keyless anyway"
+        );
+    }
     Ok(())
 }
 

@@ -264,6 +264,11 @@ pub struct AuthConfig {
     pub default_tenant: String,
     /// API keys: each maps the SHA-256 of a bearer token to a tenant.
     pub keys: Vec<ApiKeyConfig>,
+    /// Without keys: host names, besides `localhost`, `127.0.0.1` and
+    /// `[::1]`, that requests may name in `Host` and `Origin`.
+    pub allowed_hosts: Vec<String>,
+    /// Serve without keys on an address other than loopback.
+    pub allow_keyless_on_network: bool,
 }
 
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
@@ -463,7 +468,12 @@ impl Default for RedisConfig {
 
 impl Default for AuthConfig {
     fn default() -> Self {
-        Self { default_tenant: "default".into(), keys: Vec::new() }
+        Self {
+            default_tenant: "default".into(),
+            keys: Vec::new(),
+            allowed_hosts: Vec::new(),
+            allow_keyless_on_network: false,
+        }
     }
 }
 
@@ -648,6 +658,14 @@ impl Config {
                 return bad(&format!("auth.keys[{i}].key_sha256"), "must be 64 hex digits");
             }
         }
+        for (i, host) in self.auth.allowed_hosts.iter().enumerate() {
+            if !is_host_name(host) {
+                return bad(
+                    &format!("auth.allowed_hosts[{i}]"),
+                    "must be a host name or IP address without scheme or port (an IPv6 address in brackets)",
+                );
+            }
+        }
         if self.embedding.reembed_batch > 10_000 {
             return bad("embedding.reembed_batch", "must be at most 10000");
         }
@@ -760,6 +778,16 @@ pub fn parse_api_keys(spec: &str) -> Result<Vec<ApiKeyConfig>, ConfigError> {
         .collect()
 }
 
+/// A host name or an IP address as `Host` names it without its port: letters,
+/// digits, dots and hyphens, or an IPv6 address in brackets.
+fn is_host_name(host: &str) -> bool {
+    let ipv6 = host.strip_prefix('[').and_then(|h| h.strip_suffix(']'));
+    match ipv6 {
+        Some(addr) => addr.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => !host.is_empty() && host.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-'),
+    }
+}
+
 /// Masks the password of a URL such as `postgres://user:secret@host/db`.
 pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
@@ -805,6 +833,18 @@ mod tests {
         let mut c = Config::default();
         c.log.format = "xml".into();
         assert!(c.validate().unwrap_err().to_string().contains("log.format"));
+    }
+
+    #[test]
+    fn allowed_hosts_are_bare_host_names() {
+        let mut c = Config::default();
+        c.auth.allowed_hosts = vec!["engram.internal".into(), "[fd00::1]".into(), "10.0.0.7".into()];
+        assert!(c.validate().is_ok());
+        for bad in ["http://engram.internal", "engram.internal:8080", "", "fd00::1", "a b"] {
+            c.auth.allowed_hosts = vec!["ok.example".into(), bad.into()];
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains("auth.allowed_hosts[1]"), "{bad}: {err}");
+        }
     }
 
     #[test]

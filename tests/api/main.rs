@@ -6,6 +6,7 @@ mod connections;
 mod contract;
 mod errors;
 mod helpers;
+mod keyless;
 mod memories;
 mod numbers;
 mod operations;
