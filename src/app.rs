@@ -157,7 +157,8 @@ pub async fn open_storage(config: &Config, now: chrono::DateTime<chrono::Utc>) -
 /// the grace period), stops the jobs and closes the backends.
 pub async fn run(listener: TcpListener, mut app: App, shutdown: CancellationToken) -> anyhow::Result<()> {
     let addr = listener.local_addr().context("reading the listening address")?;
-    refuse_keyless_on_network(&app, addr)?;
+    refuse_keyless_on_network(&app.config, addr)?;
+    tracing::info!("engram listening on http://{addr}; API docs at http://{addr}/docs");
     let tracker = TaskTracker::new();
     jobs::spawn_all(&tracker, &mut app, shutdown.clone());
     tracker.close();
@@ -183,8 +184,10 @@ pub async fn run(listener: TcpListener, mut app: App, shutdown: CancellationToke
 
 /// Without API keys anyone who reaches the server reads and writes every
 /// memory: that is for loopback, unless the configuration says otherwise.
-fn refuse_keyless_on_network(app: &App, addr: std::net::SocketAddr) -> anyhow::Result<()> {
-    if app.state.auth.is_open() && !addr.ip().is_loopback() && !app.config.auth.allow_keyless_on_network {
+/// `run` checks; `engram serve` checks before it builds anything too.
+pub fn refuse_keyless_on_network(config: &Config, addr: std::net::SocketAddr) -> anyhow::Result<()> {
+    let auth = &config.auth;
+    if auth.keys.is_empty() && !addr.ip().is_loopback() && !auth.allow_keyless_on_network {
         anyhow::bail!(
             "refusing to listen on {addr} without API keys: anyone who can reach it could read and write \
              every memory. Configure keys (ENGRAM_API_KEYS or [[auth.keys]]), listen on 127.0.0.1, or set \
