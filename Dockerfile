@@ -1,7 +1,9 @@
 # engram: multi-stage build.
 #   docker build -t engram .
-#   docker run --rm -p 8080:8080 -v engram-data:/var/lib/engram engram      # embedded backend
-#   docker run --rm -p 8080:8080 -e DATABASE_URL=... -e REDIS_URL=... engram   # Postgres + Redis
+#   docker run --rm -p 8080:8080 -e ENGRAM_API_KEYS=me:SECRET -v engram-data:/var/lib/engram engram   # embedded backend
+#   docker run --rm -p 8080:8080 -e ENGRAM_API_KEYS=me:SECRET -e DATABASE_URL=... -e REDIS_URL=... engram   # Postgres + Redis
+# Without API keys, publish the port on the host's loopback only and say so:
+#   docker run --rm -p 127.0.0.1:8080:8080 -e ENGRAM_AUTH__ALLOW_KEYLESS_ON_NETWORK=true -v engram-data:/var/lib/engram engram
 
 # ---------------------------------------------------------------- builder ---
 FROM rust:1.95-bookworm AS builder
@@ -55,6 +57,8 @@ COPY --from=builder /usr/local/bin/engram /usr/local/bin/engram
 COPY config/default.toml /etc/engram/default.toml
 COPY --from=model /models /usr/share/engram/models
 
+# A container listens on all its interfaces; without API keys (ENGRAM_API_KEYS)
+# engram then refuses to start unless ENGRAM_AUTH__ALLOW_KEYLESS_ON_NETWORK=true.
 ENV ENGRAM_LISTEN=0.0.0.0:8080 \
     ENGRAM_CONFIG=/etc/engram/default.toml \
     ENGRAM_MODEL_DIR=/usr/share/engram/models/all-MiniLM-L6-v2 \

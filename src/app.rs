@@ -169,22 +169,45 @@ pub async fn open_storage(config: &Config, now: chrono::DateTime<chrono::Utc>) -
 /// Serves until `shutdown` is cancelled, then drains requests (bounded by
 /// the grace period), stops the jobs and closes the backends.
 pub async fn run(listener: TcpListener, mut app: App, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let addr = listener.local_addr().context("reading the listening address")?;
+    refuse_keyless_on_network(&app.config, addr)?;
+    tracing::info!("engram listening on http://{addr}; API docs at http://{addr}/docs");
     let tracker = TaskTracker::new();
     jobs::spawn_all(&tracker, &mut app, shutdown.clone());
     tracker.close();
 
     let router = crate::http::router(app.state.clone());
-    let grace = Duration::from_millis(app.config.server.shutdown_grace_ms);
-    let token = shutdown.clone();
-    let server = axum::serve(listener, router).with_graceful_shutdown(async move { token.cancelled().await });
-    let server = tokio::spawn(async move { server.await });
+    let s = &app.config.server;
+    let grace = Duration::from_millis(s.shutdown_grace_ms);
+    let limits = crate::server::Limits {
+        header_read_timeout: Duration::from_millis(s.header_read_timeout_ms),
+        keep_alive_timeout: Duration::from_millis(s.keep_alive_timeout_ms),
+        max_connections: s.max_connections,
+    };
+    let server = tokio::spawn(crate::server::serve(listener, router, limits, shutdown.clone()));
     shutdown.cancelled().await;
     match tokio::time::timeout(grace, server).await {
-        Ok(joined) => joined.context("server task")?.context("serving")?,
+        Ok(joined) => joined.context("server task")?,
         Err(_) => tracing::warn!("requests still running after the grace period; exiting anyway"),
     }
     tracker.wait().await;
     app.storage.maintenance.close().await;
+    Ok(())
+}
+
+/// Without API keys anyone who reaches the server reads and writes every
+/// memory: that is for loopback, unless the configuration says otherwise.
+/// `run` checks; `engram serve` checks before it builds anything too.
+pub fn refuse_keyless_on_network(config: &Config, addr: std::net::SocketAddr) -> anyhow::Result<()> {
+    let auth = &config.auth;
+    if auth.keys.is_empty() && !addr.ip().is_loopback() && !auth.allow_keyless_on_network {
+        anyhow::bail!(
+            "refusing to listen on {addr} without API keys: anyone who can reach it could read and write \
+             every memory. Configure keys (ENGRAM_API_KEYS or [[auth.keys]]), listen on 127.0.0.1, or set \
+             auth.allow_keyless_on_network = true (ENGRAM_AUTH__ALLOW_KEYLESS_ON_NETWORK=true) to serve \
+             keyless anyway"
+        );
+    }
     Ok(())
 }
 

@@ -216,6 +216,15 @@ pub struct ServerConfig {
     pub write_timeout_ms: u64,
     /// How long shutdown waits for requests in flight.
     pub shutdown_grace_ms: u64,
+    /// A connection must deliver a request's complete headers within this
+    /// long of opening, or of its previous response.
+    pub header_read_timeout_ms: u64,
+    /// A kept-alive connection idle this long after a response is closed; 0
+    /// turns keep-alive off.
+    pub keep_alive_timeout_ms: u64,
+    /// Most connections open at once; at the limit a new connection closes
+    /// the one idle the longest.
+    pub max_connections: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -257,6 +266,11 @@ pub struct AuthConfig {
     pub default_tenant: String,
     /// API keys: each maps the SHA-256 of a bearer token to a tenant.
     pub keys: Vec<ApiKeyConfig>,
+    /// Without keys: host names, besides `localhost`, `127.0.0.1` and
+    /// `[::1]`, that requests may name in `Host` and `Origin`.
+    pub allowed_hosts: Vec<String>,
+    /// Serve without keys on an address other than loopback.
+    pub allow_keyless_on_network: bool,
 }
 
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
@@ -430,6 +444,9 @@ impl Default for ServerConfig {
             request_timeout_ms: 30_000,
             write_timeout_ms: 180_000,
             shutdown_grace_ms: 10_000,
+            header_read_timeout_ms: 30_000,
+            keep_alive_timeout_ms: 15_000,
+            max_connections: 512,
         }
     }
 }
@@ -462,7 +479,12 @@ impl Default for RedisConfig {
 
 impl Default for AuthConfig {
     fn default() -> Self {
-        Self { default_tenant: "default".into(), keys: Vec::new() }
+        Self {
+            default_tenant: "default".into(),
+            keys: Vec::new(),
+            allowed_hosts: Vec::new(),
+            allow_keyless_on_network: false,
+        }
     }
 }
 
@@ -618,6 +640,18 @@ impl Config {
         if self.server.write_timeout_ms == 0 {
             return bad("server.write_timeout_ms", "must be greater than 0");
         }
+        if self.server.header_read_timeout_ms == 0 || self.server.header_read_timeout_ms > 300_000 {
+            return bad("server.header_read_timeout_ms", "must be between 1 and 300000 (5 minutes)");
+        }
+        if self.server.keep_alive_timeout_ms > self.server.header_read_timeout_ms {
+            return bad(
+                "server.keep_alive_timeout_ms",
+                "must be at most server.header_read_timeout_ms, which also bounds the wait between requests",
+            );
+        }
+        if self.server.max_connections == 0 {
+            return bad("server.max_connections", "must be greater than 0");
+        }
         if self.database.max_connections == 0 {
             return bad("database.max_connections", "must be greater than 0");
         }
@@ -639,6 +673,14 @@ impl Config {
             }
             if key.key_sha256.len() != 64 || !key.key_sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return bad(&format!("auth.keys[{i}].key_sha256"), "must be 64 hex digits");
+            }
+        }
+        for (i, host) in self.auth.allowed_hosts.iter().enumerate() {
+            if !is_host_name(host) {
+                return bad(
+                    &format!("auth.allowed_hosts[{i}]"),
+                    "must be a host name or IP address without scheme or port (an IPv6 address in brackets)",
+                );
             }
         }
         if self.embedding.reembed_batch > 10_000 {
@@ -762,6 +804,16 @@ pub fn parse_api_keys(spec: &str) -> Result<Vec<ApiKeyConfig>, ConfigError> {
         .collect()
 }
 
+/// A host name or an IP address as `Host` names it without its port: letters,
+/// digits, dots and hyphens, or an IPv6 address in brackets.
+fn is_host_name(host: &str) -> bool {
+    let ipv6 = host.strip_prefix('[').and_then(|h| h.strip_suffix(']'));
+    match ipv6 {
+        Some(addr) => addr.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => !host.is_empty() && host.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-'),
+    }
+}
+
 /// Masks the password of a URL such as `postgres://user:secret@host/db`.
 pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
@@ -807,6 +859,31 @@ mod tests {
         let mut c = Config::default();
         c.log.format = "xml".into();
         assert!(c.validate().unwrap_err().to_string().contains("log.format"));
+    }
+
+    #[test]
+    fn allowed_hosts_are_bare_host_names() {
+        let mut c = Config::default();
+        c.auth.allowed_hosts = vec!["engram.internal".into(), "[fd00::1]".into(), "10.0.0.7".into()];
+        assert!(c.validate().is_ok());
+        for bad in ["http://engram.internal", "engram.internal:8080", "", "fd00::1", "a b"] {
+            c.auth.allowed_hosts = vec!["ok.example".into(), bad.into()];
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains("auth.allowed_hosts[1]"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn connection_settings_are_validated_naming_the_key() {
+        let mut c = Config::default();
+        c.server.header_read_timeout_ms = 0;
+        assert!(c.validate().unwrap_err().to_string().contains("server.header_read_timeout_ms"));
+        let mut c = Config::default();
+        c.server.keep_alive_timeout_ms = c.server.header_read_timeout_ms + 1;
+        assert!(c.validate().unwrap_err().to_string().contains("server.keep_alive_timeout_ms"));
+        let mut c = Config::default();
+        c.server.max_connections = 0;
+        assert!(c.validate().unwrap_err().to_string().contains("server.max_connections"));
     }
 
     #[test]

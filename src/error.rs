@@ -55,6 +55,12 @@ pub enum ApiError {
     PayloadTooLarge(usize),
     #[error("missing or invalid API key")]
     Unauthorized,
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("{0}")]
+    HostNotAllowed(String),
+    #[error("{0}")]
+    OriginNotAllowed(String),
     #[error("this Idempotency-Key was used with a different request body")]
     IdempotencyKeyReused,
     #[error("a request with this Idempotency-Key is still in progress")]
@@ -84,6 +90,9 @@ impl ApiError {
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+            ApiError::HostNotAllowed(_) => (StatusCode::FORBIDDEN, "host_not_allowed"),
+            ApiError::OriginNotAllowed(_) => (StatusCode::FORBIDDEN, "origin_not_allowed"),
             ApiError::IdempotencyKeyReused => (StatusCode::CONFLICT, "idempotency_key_reused"),
             ApiError::IdempotencyInProgress => (StatusCode::CONFLICT, "idempotency_in_progress"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),

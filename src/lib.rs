@@ -11,7 +11,8 @@
 //! - [`jobs`]: background upkeep (partitions, expired idempotency keys,
 //!   re-embedding, the retention sweep).
 //! - [`transfer`]: `engram export` and `engram import`, a tenant as JSON Lines.
-//! - [`app`]: builds the state, runs the server, shuts it down.
+//! - [`app`]: builds the state, runs the server, shuts it down; [`server`]:
+//!   the connections under the router (timeouts, a limit, lingering close).
 //! - [`config`], [`error`], [`telemetry`], [`clock`]: the plumbing.
 
 pub mod app;
@@ -23,6 +24,7 @@ pub mod error;
 pub mod http;
 pub mod jobs;
 pub mod recall;
+pub mod server;
 pub mod service;
 pub mod store;
 pub mod telemetry;

@@ -135,10 +135,11 @@ async fn migrate(config: Config) -> anyhow::Result<()> {
 async fn serve(config: Config) -> anyhow::Result<()> {
     engram::telemetry::init_logging(&config.log);
     let listen = config.server.listen.clone();
+    if let Ok(address) = listen.parse() {
+        engram::app::refuse_keyless_on_network(&config, address)?;
+    }
     let app = engram::app::build(config).await?;
     let listener = tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("binding {listen}"))?;
-    let address = listener.local_addr()?;
-    tracing::info!("engram listening on http://{address}; API docs at http://{address}/docs");
     let shutdown = CancellationToken::new();
     engram::app::cancel_on_signal(shutdown.clone());
     engram::app::run(listener, app, shutdown).await

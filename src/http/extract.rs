@@ -1,6 +1,7 @@
 //! Extractors that turn every kind of bad input into the API's error body:
 //! malformed JSON (400), a wrong or missing field (422 with its JSON pointer),
-//! an oversized body (413), a missing or unknown API key (401).
+//! an oversized body (413), a body that is not `application/json` (415), a
+//! missing or unknown API key (401).
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
@@ -24,6 +25,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ValidJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        require_json_content_type(req.headers())?;
         let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
             if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::PayloadTooLarge(state.body_limit)
@@ -37,6 +39,27 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ValidJson<T> {
         let value = from_value(raw)?;
         Ok(ValidJson { value, body_sha256 })
     }
+}
+
+/// Bodies must say they are JSON. Besides telling clients early that they
+/// sent something else, this keeps web pages out: a cross-site form or a
+/// `fetch` without a CORS preflight can only send `text/plain`, form or
+/// multipart bodies, never `application/json`.
+fn require_json_content_type(headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
+    let Some(value) = headers.get(axum::http::header::CONTENT_TYPE) else {
+        return Err(ApiError::UnsupportedMediaType(
+            "the request has no Content-Type; send the body as JSON with `Content-Type: application/json`".into(),
+        ));
+    };
+    let text = value.to_str().unwrap_or("");
+    let essence = text.split(';').next().unwrap_or("").trim();
+    if essence.eq_ignore_ascii_case("application/json") {
+        return Ok(());
+    }
+    Err(ApiError::UnsupportedMediaType(format!(
+        "Content-Type `{}` is not accepted; send the body as JSON with `Content-Type: application/json`",
+        text.chars().take(100).collect::<String>()
+    )))
 }
 
 /// Deserialises a JSON value, naming the failing field as a JSON pointer.
@@ -80,6 +103,8 @@ pub struct Tenant(pub String);
 pub struct Auth {
     keys: Vec<([u8; 32], String)>,
     open_tenant: String,
+    /// Configured host names a keyless server answers to (lower case).
+    allowed_hosts: Vec<String>,
 }
 
 impl Auth {
@@ -92,7 +117,15 @@ impl Auth {
                 Some((bytes, k.tenant.clone()))
             })
             .collect();
-        Auth { keys, open_tenant: config.default_tenant.clone() }
+        let allowed_hosts = config.allowed_hosts.iter().map(|h| h.to_ascii_lowercase()).collect();
+        Auth { keys, open_tenant: config.default_tenant.clone(), allowed_hosts }
+    }
+
+    /// Whether a keyless server answers requests naming `host` (without its port).
+    pub fn host_allowed(&self, host: &str) -> bool {
+        let host = host.to_ascii_lowercase();
+        let host = host.strip_suffix('.').unwrap_or(&host);
+        ["localhost", "127.0.0.1", "[::1]"].contains(&host) || self.allowed_hosts.iter().any(|h| h == host)
     }
 
     pub fn is_open(&self) -> bool {
@@ -144,6 +177,7 @@ mod tests {
                 ApiKeyConfig { tenant: "a".into(), key_sha256: hex::encode(Sha256::digest(b"key-a")) },
                 ApiKeyConfig { tenant: "b".into(), key_sha256: hex::encode(Sha256::digest(b"key-b")) },
             ],
+            ..AuthConfig::default()
         });
         assert_eq!(auth.tenant_of("key-a").as_deref(), Some("a"));
         assert_eq!(auth.tenant_of("key-b").as_deref(), Some("b"));

@@ -56,8 +56,10 @@ fn idempotency_key(headers: &HeaderMap, body_sha256: &str) -> Result<Option<Idem
         (status = 201, description = "Written, in request order", body = WriteResponse),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key", body = ErrorBody),
+        (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
         (status = 409, description = "Idempotency key reused with another body", body = ErrorBody),
         (status = 413, description = "Body over the limit", body = ErrorBody),
+        (status = 415, description = "The body is not sent as `Content-Type: application/json`", body = ErrorBody),
         (status = 422, description = "A field is missing, mistyped or out of range", body = ErrorBody),
         (status = 503, description = "A backend is unavailable; see Retry-After", body = ErrorBody),
     ),
@@ -102,6 +104,7 @@ pub async fn create_memories(
     params(("id" = Uuid, Path, description = "Memory id")),
     responses(
         (status = 200, body = MemoryResponse),
+        (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
         (status = 404, description = "No such memory for this tenant (or expired)", body = ErrorBody),
         (status = 422, description = "The id is not a UUID", body = ErrorBody),
     ),
@@ -123,8 +126,10 @@ pub async fn get_memory(
     request_body = UpdateMemoryRequest,
     responses(
         (status = 200, body = MemoryResponse),
+        (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
         (status = 404, body = ErrorBody),
         (status = 409, description = "The new content duplicates another valid fact", body = ErrorBody),
+        (status = 415, description = "The body is not sent as `Content-Type: application/json`", body = ErrorBody),
         (status = 422, body = ErrorBody),
     ),
     security(("bearer" = []))
@@ -144,7 +149,12 @@ pub async fn update_memory(
 #[utoipa::path(
     delete, path = "/v1/memories/{id}", tag = "memories",
     params(("id" = Uuid, Path, description = "Memory id")),
-    responses((status = 204, description = "Deleted"), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 422, body = ErrorBody),
+    ),
     security(("bearer" = []))
 )]
 pub async fn delete_memory(
@@ -161,7 +171,11 @@ pub async fn delete_memory(
 #[utoipa::path(
     get, path = "/v1/memories/{id}/history", tag = "memories",
     params(("id" = Uuid, Path, description = "Memory id")),
-    responses((status = 200, body = HistoryResponse), (status = 404, body = ErrorBody)),
+    responses(
+        (status = 200, body = HistoryResponse),
+        (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
+        (status = 404, body = ErrorBody),
+    ),
     security(("bearer" = []))
 )]
 pub async fn memory_history(
@@ -194,6 +208,7 @@ pub async fn memory_history(
     responses(
         (status = 200, body = ListResponse),
         (status = 400, description = "Bad cursor", body = ErrorBody),
+        (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
         (status = 422, description = "Bad parameter", body = ErrorBody),
     ),
     security(("bearer" = []))

@@ -1,12 +1,13 @@
 //! The HTTP surface: routes, the OpenAPI document, and the middleware every
-//! request passes through (request id, tracing, metrics, timeout, body limit,
-//! panics turned into 500s, and the error envelope).
+//! request passes through (request id, tracing, metrics, keyless mode's host
+//! check, timeout, body limit, panics turned into 500s, and the error envelope).
 //!
 //! No SQL and no Redis here: handlers call the service.
 
 pub mod dto;
 pub mod extract;
 pub mod memories;
+pub mod origin;
 pub mod recall;
 pub mod response;
 pub mod retention;
@@ -43,9 +44,12 @@ const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
             Authentication: `Authorization: Bearer <key>` when the server has API keys configured; \
             each key belongs to one tenant, and a tenant sees only its own memories (another tenant's ids answer 404).\n\n\
             Errors: `{\"error\": {\"code\", \"message\", \"field\"?, \"request_id\"}}` with stable codes: \
-            invalid_json (400), invalid_cursor (400), unauthorized (401), memory_not_found (404), \
+            invalid_json (400), invalid_cursor (400), unauthorized (401), host_not_allowed and origin_not_allowed \
+            (403, only without API keys: the Host and Origin headers must name localhost, 127.0.0.1, [::1] or a \
+            configured host), memory_not_found (404), \
             route_not_found (404), method_not_allowed (405), idempotency_key_reused (409), conflict (409), \
-            payload_too_large (413), invalid_field (422, `field` is a JSON pointer for body fields and the \
+            payload_too_large (413), unsupported_media_type (415, a body without `Content-Type: application/json`), \
+            invalid_field (422, `field` is a JSON pointer for body fields and the \
             parameter name for path and query parameters), service_unavailable and timeout (503, with Retry-After), \
             internal (500).",
         license(name = "Apache-2.0")
@@ -118,6 +122,7 @@ pub fn router(state: AppState) -> Router {
                     let id = req.headers().get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
                     tracing::info_span!("request", method = %req.method(), uri = %req.uri().path(), request_id = %id)
                 }))
+                .layer(middleware::from_fn_with_state(state.clone(), origin::guard_keyless))
                 .layer(CatchPanicLayer::custom(|_| {
                     ApiError::Internal(anyhow::anyhow!("handler panicked")).into_response()
                 }))

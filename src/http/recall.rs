@@ -160,8 +160,14 @@ fn search_params(
 #[utoipa::path(
     post, path = "/v1/memories/search", tag = "recall",
     request_body = SearchRequest,
-    responses((status = 200, body = SearchResponse), (status = 400, body = ErrorBody), (status = 422, body = ErrorBody),
-        (status = 503, body = ErrorBody)),
+    responses(
+        (status = 200, body = SearchResponse),
+        (status = 400, body = ErrorBody),
+        (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
+        (status = 415, description = "The body is not sent as `Content-Type: application/json`", body = ErrorBody),
+        (status = 422, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ),
     security(("bearer" = []))
 )]
 pub async fn search_memories(
@@ -202,7 +208,13 @@ pub async fn search_memories(
 #[utoipa::path(
     post, path = "/v1/context", tag = "recall",
     request_body = ContextRequest,
-    responses((status = 200, body = ContextResponse), (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)),
+    responses(
+        (status = 200, body = ContextResponse),
+        (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
+        (status = 415, description = "The body is not sent as `Content-Type: application/json`", body = ErrorBody),
+        (status = 422, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ),
     security(("bearer" = []))
 )]
 pub async fn build_context(

@@ -11,6 +11,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::app::AppState;
+use crate::error::ErrorBody;
 
 #[derive(Serialize, ToSchema)]
 pub struct Health {
@@ -56,7 +57,10 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 /// Prometheus metrics: per-route latency histograms, store latencies, pool
 /// gauges, retention (deleted, backlog) and in-process index sizes.
 #[utoipa::path(get, path = "/metrics", tag = "operations",
-    responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
+    responses(
+        (status = 200, description = "Prometheus text format", content_type = "text/plain"),
+        (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
+    ))]
 pub async fn metrics(State(state): State<AppState>) -> Response {
     let (open, idle) = state.db_pool.connections();
     metrics::gauge!("engram_db_pool_connections", "state" => "open").set(f64::from(open));

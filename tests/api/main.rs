@@ -2,9 +2,11 @@
 //! Postgres and Redis that `scripts/test.sh` starts. Each test gets its own
 //! tenant and Redis key prefix, so tests run in parallel on one database.
 
+mod connections;
 mod contract;
 mod errors;
 mod helpers;
+mod keyless;
 mod memories;
 mod numbers;
 mod operations;
