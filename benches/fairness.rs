@@ -141,7 +141,8 @@ async fn searches(c: &Client, key: &str, n: usize, stop: Option<&AtomicBool>) ->
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(120)).build()?;
+    // Longer than the server's write timeout (180 s by default): the batch gets its answer.
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(300)).build()?;
     let c = Arc::new(Client { http, url: args.url.clone() });
 
     // Tenant B's memories, written in batches of 100.
