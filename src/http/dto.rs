@@ -9,7 +9,9 @@ use uuid::Uuid;
 
 use super::response::MemoryResponse;
 use crate::domain::draft::Draft;
-use crate::domain::validate::{self, Check};
+use crate::domain::validate::{
+    self, Check, MAX_PHRASE_CHARS, MAX_PREDICATE_CHARS, MAX_SKILL_NAME_CHARS, MAX_SUBJECT_CHARS,
+};
 use crate::domain::{EventType, MemoryPatch, Outcome, Retention, Tier};
 
 /// One memory to write. Only `agent_id` and `content` are required; tier and
@@ -132,13 +134,23 @@ impl CreateMemoryRequest {
         let importance = opt_unit(at, "importance", self.importance)?;
         let confidence = opt_unit(at, "confidence", self.confidence)?;
         let reward = self.reward.map(|r| validate::reward(&format!("{at}/reward"), r)).transpose()?;
-        opt_text(at, "subject", &self.subject, 256)?;
-        opt_text(at, "predicate", &self.predicate, 128)?;
-        opt_text(at, "object", &self.object, 4096)?;
-        opt_text(at, "skill_name", &self.skill_name, 128)?;
-        opt_text(at, "trigger_pattern", &self.trigger_pattern, 4096)?;
+        opt_text(at, "subject", &self.subject, MAX_SUBJECT_CHARS)?;
+        opt_text(at, "predicate", &self.predicate, MAX_PREDICATE_CHARS)?;
+        opt_text(at, "object", &self.object, MAX_PHRASE_CHARS)?;
+        if let Some(name) = &self.skill_name {
+            validate::name(&format!("{at}/skill_name"), name, MAX_SKILL_NAME_CHARS)?;
+        }
+        opt_text(at, "trigger_pattern", &self.trigger_pattern, MAX_PHRASE_CHARS)?;
         let metadata = self.metadata.unwrap_or_default();
         validate::metadata(&format!("{at}/metadata"), &metadata)?;
+        let policy = self.policy.map(Value::Object);
+        if let Some(p) = &policy {
+            validate::storable_json(&format!("{at}/policy"), p)?;
+        }
+        let tool_sequence = self.tool_sequence.map(Value::Array);
+        if let Some(t) = &tool_sequence {
+            validate::storable_json(&format!("{at}/tool_sequence"), t)?;
+        }
         if let Some(t) = self.occurred_at {
             validate::occurred_at(&format!("{at}/occurred_at"), t, now)?;
         }
@@ -162,8 +174,8 @@ impl CreateMemoryRequest {
             source_episode_id: self.source_episode_id,
             skill_name: self.skill_name,
             trigger_pattern: self.trigger_pattern,
-            policy: self.policy.map(Value::Object),
-            tool_sequence: self.tool_sequence.map(Value::Array),
+            policy,
+            tool_sequence,
             reward,
         })
     }

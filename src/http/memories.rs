@@ -225,9 +225,11 @@ pub fn decode_cursor(s: &str) -> Option<Cursor> {
 }
 
 fn parse_time(name: &str, v: &str) -> Result<DateTime<Utc>, ApiError> {
-    DateTime::parse_from_rfc3339(v)
+    let t = DateTime::parse_from_rfc3339(v)
         .map(|t| t.with_timezone(&Utc))
-        .map_err(|_| ApiError::field(name, "must be an RFC 3339 timestamp"))
+        .map_err(|_| ApiError::field(name, "must be an RFC 3339 timestamp"))?;
+    validate::timestamp(name, t)?;
+    Ok(t)
 }
 
 pub fn parse_list_query(query: &str) -> Result<ListFilter, ApiError> {
@@ -269,7 +271,12 @@ pub fn parse_list_query(query: &str) -> Result<ListFilter, ApiError> {
             }
             "cursor" => f.after = Some(decode_cursor(&v).ok_or(ApiError::InvalidCursor)?),
             other => match other.strip_prefix("metadata.") {
-                Some(key) if !key.is_empty() => f.metadata.push((key.to_string(), v)),
+                Some(key) if !key.is_empty() => {
+                    validate::storable(other, key)?;
+                    validate::visible(other, key)?;
+                    validate::storable(other, &v)?;
+                    f.metadata.push((key.to_string(), v))
+                }
                 _ => return Err(ApiError::field(other, "is not a filter of this route")),
             },
         }

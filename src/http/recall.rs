@@ -126,6 +126,15 @@ fn search_params(
     }
     let min_relevance = min_relevance.map(|m| validate::unit_interval("/min_relevance", m)).transpose()?;
     let filter = filter.unwrap_or(SearchFilter { metadata: None, since: None, until: None });
+    if let Some(m) = &filter.metadata {
+        validate::storable_json("/filter/metadata", &Value::Object(m.clone()))?;
+    }
+    if let Some(t) = filter.since {
+        validate::timestamp("/filter/since", t)?;
+    }
+    if let Some(t) = filter.until {
+        validate::timestamp("/filter/until", t)?;
+    }
     Ok(SearchParams {
         agent_id,
         user_id,
@@ -172,7 +181,7 @@ pub async fn search_memories(
     let r: SearchRequest = from_value(body.value)?;
     let top_k = r.top_k.unwrap_or(DEFAULT_TOP_K);
     if !(1..=MAX_TOP_K).contains(&top_k) {
-        return Err(ApiError::field("/top_k", format!("must be from 1 to {MAX_TOP_K}")));
+        return Err(ApiError::field("/top_k", format!("must be a whole number from 1 to {MAX_TOP_K}")));
     }
     let params = search_params(
         r.agent_id,
