@@ -5,6 +5,7 @@
 mod contract;
 mod errors;
 mod helpers;
+mod inputs;
 mod memories;
 mod numbers;
 mod operations;
