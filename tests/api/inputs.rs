@@ -255,3 +255,26 @@ async fn no_error_message_speaks_rust() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_query_with_nothing_to_embed_still_scores_numbers() {
+    // Found by schemathesis: pgvector's cosine with an all-zero query vector
+    // is NaN, which JSON renders as null.
+    let app = spawn_app().await;
+    app.write_one(json!({"agent_id": "z", "tier": "episodic", "content": "0"})).await;
+    app.write_one(json!({"agent_id": "z", "tier": "semantic", "content": "ü"})).await;
+    for query in ["ìø®\u{1e4a6}\u{86}", "!!", "0", "\u{86}"] {
+        let r = app.post("/v1/memories/search", &json!({"agent_id": "z", "query": query})).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        let body: Value = r.json().await.unwrap();
+        for hit in body["results"].as_array().unwrap() {
+            assert!(hit["score"].is_f64(), "{query:?}: {hit}");
+            assert!(hit["components"]["relevance"].is_f64(), "{query:?}: {hit}");
+        }
+        let r = app.post("/v1/context", &json!({"agent_id": "z", "query": query, "max_context_tokens": 9000})).await;
+        let body: Value = r.json().await.unwrap();
+        for item in body["sections"].as_object().unwrap().values().flat_map(|v| v.as_array().unwrap()) {
+            assert!(item["score"].is_f64(), "{query:?}: {item}");
+        }
+    }
+}
