@@ -31,10 +31,15 @@ pub const NEIGHBOUR_SHARE: f64 = 0.2;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Weights {
+    #[schema(minimum = 0.0, maximum = 10.0)]
     pub relevance: f64,
+    #[schema(minimum = 0.0, maximum = 10.0)]
     pub recency: f64,
+    #[schema(minimum = 0.0, maximum = 10.0)]
     pub importance: f64,
+    #[schema(minimum = 0.0, maximum = 10.0)]
     pub frequency: f64,
+    #[schema(minimum = 0.0, maximum = 10.0)]
     pub tier_bonus: f64,
 }
 

@@ -51,15 +51,19 @@ fn idempotency_key(headers: &HeaderMap, body_sha256: &str) -> Result<Option<Idem
 #[utoipa::path(
     post, path = "/v1/memories", tag = "memories",
     request_body = CreateMemoriesBody,
-    params(("Idempotency-Key" = Option<String>, Header, description = "Makes retries safe: same key and body, same response")),
+    params(("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255,
+        description = "Makes retries safe: same key and body, same response (1-255 visible ASCII characters)")),
     responses(
+        (status = 200, description = "A replay of an earlier request with this Idempotency-Key answered 200", body = WriteResponse),
         (status = 201, description = "Written, in request order", body = WriteResponse),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
-        (status = 401, description = "Missing or unknown API key", body = ErrorBody),
-        (status = 409, description = "Idempotency key reused with another body", body = ErrorBody),
+        (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 409, description = "Idempotency key reused with another body, or still in progress", body = ErrorBody),
         (status = 413, description = "Body over the limit", body = ErrorBody),
-        (status = 422, description = "A field is missing, mistyped or out of range", body = ErrorBody),
-        (status = 503, description = "A backend is unavailable; see Retry-After", body = ErrorBody),
+        (status = 422, description = "A field is missing, mistyped, repeated or out of range", body = ErrorBody),
+        (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []))
 )]
@@ -102,8 +106,12 @@ pub async fn create_memories(
     params(("id" = Uuid, Path, description = "Memory id")),
     responses(
         (status = 200, body = MemoryResponse),
+        (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 404, description = "No such memory for this tenant (or expired)", body = ErrorBody),
         (status = 422, description = "The id is not a UUID", body = ErrorBody),
+        (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []))
 )]
@@ -123,9 +131,15 @@ pub async fn get_memory(
     request_body = UpdateMemoryRequest,
     responses(
         (status = 200, body = MemoryResponse),
-        (status = 404, body = ErrorBody),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 404, description = "No such memory for this tenant (or expired)", body = ErrorBody),
         (status = 409, description = "The new content duplicates another valid fact", body = ErrorBody),
-        (status = 422, body = ErrorBody),
+        (status = 413, description = "Body over the limit", body = ErrorBody),
+        (status = 422, description = "The id is not a UUID, or a field is mistyped, repeated or out of range", body = ErrorBody),
+        (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []))
 )]
@@ -144,7 +158,15 @@ pub async fn update_memory(
 #[utoipa::path(
     delete, path = "/v1/memories/{id}", tag = "memories",
     params(("id" = Uuid, Path, description = "Memory id")),
-    responses((status = 204, description = "Deleted"), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 404, description = "No such memory for this tenant", body = ErrorBody),
+        (status = 422, description = "The id is not a UUID", body = ErrorBody),
+        (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    ),
     security(("bearer" = []))
 )]
 pub async fn delete_memory(
@@ -161,7 +183,15 @@ pub async fn delete_memory(
 #[utoipa::path(
     get, path = "/v1/memories/{id}/history", tag = "memories",
     params(("id" = Uuid, Path, description = "Memory id")),
-    responses((status = 200, body = HistoryResponse), (status = 404, body = ErrorBody)),
+    responses(
+        (status = 200, body = HistoryResponse),
+        (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 404, description = "No such memory for this tenant", body = ErrorBody),
+        (status = 422, description = "The id is not a UUID", body = ErrorBody),
+        (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    ),
     security(("bearer" = []))
 )]
 pub async fn memory_history(
@@ -184,17 +214,23 @@ pub async fn memory_history(
 #[utoipa::path(
     get, path = "/v1/memories", tag = "memories",
     params(
-        ("agent_id" = Option<String>, Query), ("user_id" = Option<String>, Query),
-        ("session_id" = Option<String>, Query),
+        ("agent_id" = Option<String>, Query, min_length = 1, max_length = 64),
+        ("user_id" = Option<String>, Query, min_length = 1, max_length = 64),
+        ("session_id" = Option<String>, Query, min_length = 1, max_length = 64),
         ("tier" = Option<String>, Query, description = "e.g. episodic,semantic"),
         ("created_after" = Option<DateTime<Utc>>, Query), ("created_before" = Option<DateTime<Utc>>, Query),
         ("include_superseded" = Option<bool>, Query),
-        ("limit" = Option<usize>, Query), ("cursor" = Option<String>, Query),
+        ("limit" = Option<usize>, Query, minimum = 1, maximum = 200, description = "Default 50"),
+        ("cursor" = Option<String>, Query, description = "A `next_cursor` from an earlier page"),
     ),
     responses(
         (status = 200, body = ListResponse),
         (status = 400, description = "Bad cursor", body = ErrorBody),
+        (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 422, description = "Bad parameter", body = ErrorBody),
+        (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []))
 )]

@@ -27,7 +27,7 @@ pub const DEFAULT_OUTPUT_RESERVE: i64 = 4096;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchFilter {
-    /// `metadata.KEY` must equal this JSON value.
+    /// `metadata.KEY` must equal this JSON value (no NUL in keys or strings).
     #[schema(value_type = Option<Object>)]
     pub metadata: Option<Map<String, Value>>,
     /// Only memories that occurred at or after this time.
@@ -40,13 +40,20 @@ pub struct SearchFilter {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchRequest {
+    /// An identifier, as on write.
+    #[schema(min_length = 1, max_length = 64)]
     pub agent_id: String,
     /// Only this user's memories.
+    #[schema(min_length = 1, max_length = 64)]
     pub user_id: Option<String>,
     /// The session whose working memory is searched too.
+    #[schema(min_length = 1, max_length = 64)]
     pub session_id: Option<String>,
+    /// Not blank, at most 32768 bytes of UTF-8, no NUL.
+    #[schema(min_length = 1, max_length = 32768)]
     pub query: String,
     /// 1 to 200, default 20.
+    #[schema(minimum = 1, maximum = 200)]
     pub top_k: Option<usize>,
     /// Default: all four.
     pub tiers: Option<Vec<Tier>>,
@@ -56,6 +63,7 @@ pub struct SearchRequest {
     /// Drop candidates whose own match to the query (the fused similarity of
     /// the memory alone, before neighbouring episodes and normalisation) is
     /// below this (0 to 1).
+    #[schema(minimum = 0.0, maximum = 1.0)]
     pub min_relevance: Option<f64>,
 }
 
@@ -70,16 +78,23 @@ pub struct SearchResponse {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ContextRequest {
+    #[schema(min_length = 1, max_length = 64)]
     pub agent_id: String,
+    #[schema(min_length = 1, max_length = 64)]
     pub user_id: Option<String>,
+    #[schema(min_length = 1, max_length = 64)]
     pub session_id: Option<String>,
+    #[schema(min_length = 1, max_length = 32768)]
     pub query: String,
     /// The model's context window.
+    #[schema(minimum = 1)]
     pub max_context_tokens: i64,
     /// Counted with the tokenizer; or give `system_prompt_tokens`.
     pub system_prompt: Option<String>,
+    #[schema(minimum = 0)]
     pub system_prompt_tokens: Option<i64>,
     /// Kept free for the answer; default 4096.
+    #[schema(minimum = 0)]
     pub output_reserve_tokens: Option<i64>,
     /// Budget shares per tier; default working 0.40, semantic 0.25, episodic 0.20, procedural 0.15.
     pub allocation: Option<Allocation>,
@@ -88,6 +103,7 @@ pub struct ContextRequest {
     pub weights: Option<Weights>,
     pub tiers: Option<Vec<Tier>>,
     pub filter: Option<SearchFilter>,
+    #[schema(minimum = 0.0, maximum = 1.0)]
     pub min_relevance: Option<f64>,
 }
 
@@ -169,8 +185,16 @@ fn search_params(
 #[utoipa::path(
     post, path = "/v1/memories/search", tag = "recall",
     request_body = SearchRequest,
-    responses((status = 200, body = SearchResponse), (status = 400, body = ErrorBody), (status = 422, body = ErrorBody),
-        (status = 503, body = ErrorBody)),
+    responses(
+        (status = 200, body = SearchResponse),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 413, description = "Body over the limit", body = ErrorBody),
+        (status = 422, description = "A field is missing, mistyped, repeated or out of range", body = ErrorBody),
+        (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    ),
     security(("bearer" = []))
 )]
 pub async fn search_memories(
@@ -211,7 +235,16 @@ pub async fn search_memories(
 #[utoipa::path(
     post, path = "/v1/context", tag = "recall",
     request_body = ContextRequest,
-    responses((status = 200, body = ContextResponse), (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)),
+    responses(
+        (status = 200, body = ContextResponse),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 413, description = "Body over the limit", body = ErrorBody),
+        (status = 422, description = "A field is missing, mistyped, repeated or out of range, or the budget is negative", body = ErrorBody),
+        (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    ),
     security(("bearer" = []))
 )]
 pub async fn build_context(
