@@ -87,31 +87,25 @@ pub fn storable(field: &str, value: &str) -> Check<()> {
     Ok(())
 }
 
-/// Any JSON value a backend can store (metadata, policy, tool sequence,
-/// filters): no NUL in any string or key, at any depth, and keys without
-/// hidden characters. The error names the exact value.
+/// Any JSON value a backend can store (policy, tool sequence, filters): no
+/// NUL in any string or key, at any depth. The error names the exact value.
 pub fn storable_json(field: &str, value: &Value) -> Check<()> {
-    match value {
-        Value::String(s) => storable(field, s),
-        Value::Array(items) => {
-            items.iter().enumerate().try_for_each(|(i, v)| storable_json(&format!("{field}/{i}"), v))
-        }
-        Value::Object(map) => storable_object(field, map),
-        Value::Null | Value::Bool(_) | Value::Number(_) => Ok(()),
-    }
+    walk(field, value, &|at, key| storable(at, key))
 }
 
-fn storable_object(field: &str, map: &Map<String, Value>) -> Check<()> {
-    for (k, v) in map {
-        let at = format!("{field}/{}", k.replace('~', "~0").replace('/', "~1"));
-        if k.is_empty() {
-            return Err(FieldError::new(at, "keys must not be empty"));
-        }
-        storable(&at, k)?;
-        visible(&at, k)?;
-        storable_json(&at, v)?;
+/// Visits every string and key of a JSON value with its pointer; `key`
+/// checks object keys (strings are checked for NUL).
+fn walk(field: &str, value: &Value, key: &dyn Fn(&str, &str) -> Check<()>) -> Check<()> {
+    match value {
+        Value::String(s) => storable(field, s),
+        Value::Array(items) => items.iter().enumerate().try_for_each(|(i, v)| walk(&format!("{field}/{i}"), v, key)),
+        Value::Object(map) => map.iter().try_for_each(|(k, v)| {
+            let at = format!("{field}/{}", k.replace('~', "~0").replace('/', "~1"));
+            key(&at, k)?;
+            walk(&at, v, key)
+        }),
+        Value::Null | Value::Bool(_) | Value::Number(_) => Ok(()),
     }
-    Ok(())
 }
 
 /// An identifier: 1 to 64 characters, no control, bidirectional or invisible
@@ -179,7 +173,18 @@ pub fn reward(field: &str, value: f64) -> Check<f64> {
 /// Metadata: a JSON object of bounded size whose keys, at any depth, are
 /// non-empty and visible, and whose strings are storable.
 pub fn metadata(field: &str, value: &Map<String, Value>) -> Check<()> {
-    storable_object(field, value)?;
+    value.iter().try_for_each(|(k, v)| {
+        let at = format!("{field}/{}", k.replace('~', "~0").replace('/', "~1"));
+        let key = |at: &str, k: &str| {
+            if k.is_empty() {
+                return Err(FieldError::new(at, "keys must not be empty"));
+            }
+            storable(at, k)?;
+            visible(at, k)
+        };
+        key(&at, k)?;
+        walk(&at, v, &key)
+    })?;
     let size = serde_json::to_vec(value).map(|v| v.len()).unwrap_or(usize::MAX);
     if size > MAX_METADATA_BYTES {
         return Err(FieldError::new(field, format!("must be at most {MAX_METADATA_BYTES} bytes as JSON")));
