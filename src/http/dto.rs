@@ -115,9 +115,10 @@ pub struct HistoryResponse {
     pub memories: Vec<MemoryResponse>,
 }
 
-/// Fields to change; absent fields stay as they are.
+/// Fields to change (at least one); absent fields stay as they are.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(min_properties = 1)]
 pub struct UpdateMemoryRequest {
     /// New text; the memory is embedded again. The rules of `content` on write.
     #[schema(min_length = 1, max_length = 32768)]
