@@ -54,7 +54,7 @@ pub struct SearchRequest {
     pub query: String,
     /// 1 to 200, default 20.
     #[schema(minimum = 1, maximum = 200)]
-    pub top_k: Option<usize>,
+    pub top_k: Option<i64>,
     /// Default: all four.
     pub tiers: Option<Vec<Tier>>,
     /// Overrides the agent's (or the default) scoring weights.
@@ -203,10 +203,11 @@ pub async fn search_memories(
     body: ValidJson<Value>,
 ) -> Result<Json<SearchResponse>, ApiError> {
     let r: SearchRequest = from_value(body.value)?;
-    let top_k = r.top_k.unwrap_or(DEFAULT_TOP_K);
-    if !(1..=MAX_TOP_K).contains(&top_k) {
+    // Read as any whole number so that -1 hears the range, not "0 or more".
+    let top_k = r.top_k.map_or(Ok(DEFAULT_TOP_K), usize::try_from).ok().filter(|k| (1..=MAX_TOP_K).contains(k));
+    let Some(top_k) = top_k else {
         return Err(ApiError::field("/top_k", format!("must be a whole number from 1 to {MAX_TOP_K}")));
-    }
+    };
     let params = search_params(
         r.agent_id,
         r.user_id,

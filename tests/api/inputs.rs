@@ -248,6 +248,9 @@ async fn no_error_message_speaks_rust() {
         let r = app.get(&format!("/v1/memories?{query}")).await;
         messages.push((query.to_string(), r.json::<Value>().await.unwrap()));
     }
+    let top_k = app.post("/v1/memories/search", &with(&search, "top_k", json!(-1))).await;
+    let err = expect_field(top_k, "/top_k").await;
+    assert_eq!(err["error"]["message"], "must be a whole number from 1 to 200");
     for (what, err) in &messages {
         let message = err["error"]["message"].as_str().unwrap_or_else(|| panic!("{what}: {err}"));
         for word in message.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
