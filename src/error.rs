@@ -178,6 +178,10 @@ impl IntoResponse for ApiError {
             ApiError::Timeout => Some(1),
             _ => None,
         };
+        if matches!(self, ApiError::Unauthorized) {
+            // RFC 9110 §11.6.1: a 401 names the scheme that would succeed.
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
         if let Some(secs) = retry_after {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }

@@ -32,6 +32,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::content::content_hash;
+use crate::domain::validate::{self, FieldError};
 use crate::domain::{Memory, Tier};
 use crate::store::{Cursor, Embedding, Storage, StoredMemory};
 
@@ -169,6 +170,7 @@ fn prepare(record: MemoryRecord) -> anyhow::Result<Result<StoredMemory, Memory>>
     if let Some(c) = m.confidence {
         anyhow::ensure!((0.0..=1.0).contains(&c), "confidence {c} is not between 0 and 1");
     }
+    storable(m).map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?;
     match m.tier {
         Tier::Working => return Ok(Err(record.memory)),
         Tier::Episodic => anyhow::ensure!(m.event_type.is_some(), "an episodic memory needs event_type"),
@@ -199,6 +201,34 @@ fn prepare(record: MemoryRecord) -> anyhow::Result<Result<StoredMemory, Memory>>
     }
     let content_hash = record.content_hash.unwrap_or_else(|| content_hash(&memory.content));
     Ok(Ok(StoredMemory { memory, content_hash, reward_count: record.reward_count, embedding }))
+}
+
+/// The API's rule for stored text: no NUL, which Postgres cannot hold. A
+/// file from a server that took it (the embedded backend once did) stops
+/// here, naming the field, on either backend, instead of in the database.
+fn storable(m: &Memory) -> Result<(), FieldError> {
+    let texts = [
+        ("/agent_id", Some(&m.agent_id)),
+        ("/user_id", m.user_id.as_ref()),
+        ("/session_id", m.session_id.as_ref()),
+        ("/content", Some(&m.content)),
+        ("/subject", m.subject.as_ref()),
+        ("/predicate", m.predicate.as_ref()),
+        ("/object", m.object.as_ref()),
+        ("/skill_name", m.skill_name.as_ref()),
+        ("/trigger_pattern", m.trigger_pattern.as_ref()),
+    ];
+    for (field, text) in texts {
+        text.map_or(Ok(()), |t| validate::storable(field, t))?;
+    }
+    for (key, value) in &m.metadata {
+        validate::storable("/metadata", key)?;
+        validate::storable_json(&format!("/metadata/{}", key.replace('~', "~0").replace('/', "~1")), value)?;
+    }
+    for (field, value) in [("/policy", &m.policy), ("/tool_sequence", &m.tool_sequence)] {
+        value.as_ref().map_or(Ok(()), |v| validate::storable_json(field, v))?;
+    }
+    Ok(())
 }
 
 /// One batch of parsed records, not yet written.

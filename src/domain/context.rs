@@ -54,9 +54,13 @@ pub trait Tokenizer: Send + Sync {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Allocation {
+    #[schema(minimum = 0.0, maximum = 1.0)]
     pub working: f64,
+    #[schema(minimum = 0.0, maximum = 1.0)]
     pub semantic: f64,
+    #[schema(minimum = 0.0, maximum = 1.0)]
     pub episodic: f64,
+    #[schema(minimum = 0.0, maximum = 1.0)]
     pub procedural: f64,
 }
 

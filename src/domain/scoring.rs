@@ -31,10 +31,15 @@ pub const NEIGHBOUR_SHARE: f64 = 0.2;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Weights {
+    #[schema(minimum = 0.0, maximum = 10.0)]
     pub relevance: f64,
+    #[schema(minimum = 0.0, maximum = 10.0)]
     pub recency: f64,
+    #[schema(minimum = 0.0, maximum = 10.0)]
     pub importance: f64,
+    #[schema(minimum = 0.0, maximum = 10.0)]
     pub frequency: f64,
+    #[schema(minimum = 0.0, maximum = 10.0)]
     pub tier_bonus: f64,
 }
 
@@ -119,9 +124,14 @@ pub fn tier_bonus(tier: Tier) -> f64 {
 /// searchable words in the query), that leg alone. Scores are fused by value,
 /// not by rank: rank fusion throws away how much better the first hit is than
 /// the tenth, and measured worse than either leg alone on conversational recall.
+///
+/// A cosine with an all-zero vector (a query with nothing to embed) is
+/// undefined: pgvector answers NaN, the embedded index's dot product 0. Both
+/// count as 0, so the score stays a number and the backends agree.
 pub fn fuse(vector: Option<f64>, text: Option<f64>, vector_leg: bool, text_leg: bool, vector_share: f64) -> f64 {
-    let v = vector.unwrap_or(0.0).clamp(0.0, 1.0);
-    let t = text.unwrap_or(0.0).clamp(0.0, 1.0);
+    let unit = |x: Option<f64>| x.filter(|x| !x.is_nan()).unwrap_or(0.0).clamp(0.0, 1.0);
+    let v = unit(vector);
+    let t = unit(text);
     match (vector_leg, text_leg) {
         (true, true) => vector_share * v + (1.0 - vector_share) * t,
         (true, false) => v,
@@ -137,6 +147,12 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn an_undefined_cosine_fuses_as_zero() {
+        assert_eq!(fuse(Some(f64::NAN), Some(0.5), true, true, 0.6), 0.4 * 0.5);
+        assert_eq!(fuse(Some(f64::NAN), None, true, false, 0.6), 0.0);
     }
 
     #[test]

@@ -9,7 +9,9 @@ use uuid::Uuid;
 
 use super::response::MemoryResponse;
 use crate::domain::draft::Draft;
-use crate::domain::validate::{self, Check};
+use crate::domain::validate::{
+    self, Check, MAX_PHRASE_CHARS, MAX_PREDICATE_CHARS, MAX_SKILL_NAME_CHARS, MAX_SUBJECT_CHARS,
+};
 use crate::domain::{EventType, MemoryPatch, Outcome, Retention, Tier};
 
 /// One memory to write. Only `agent_id` and `content` are required; tier and
@@ -17,16 +19,23 @@ use crate::domain::{EventType, MemoryPatch, Outcome, Retention, Tier};
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateMemoryRequest {
-    /// The agent the memory belongs to (1-64 characters).
+    /// The agent the memory belongs to. An identifier: 1-64 characters, no
+    /// control, bidirectional or invisible characters, no surrounding spaces.
+    #[schema(min_length = 1, max_length = 64)]
     pub agent_id: String,
-    /// The user it is about, if any; scopes fact deduplication to `user:{user_id}`.
+    /// The user it is about, if any (an identifier); scopes fact deduplication to `user:{user_id}`.
+    #[schema(min_length = 1, max_length = 64)]
     pub user_id: Option<String>,
-    /// Required for working memory.
+    /// Required for working memory (an identifier).
+    #[schema(min_length = 1, max_length = 64)]
     pub session_id: Option<String>,
-    /// The text: the interaction, the fact, or what the skill does (at most 32 KiB).
+    /// The text: the interaction, the fact, or what the skill does. Not blank,
+    /// at most 32768 bytes of UTF-8, no NUL (U+0000).
+    #[schema(min_length = 1, max_length = 32768)]
     pub content: String,
     pub tier: Option<Tier>,
     /// 0 to 1; scored by the classifier when absent.
+    #[schema(minimum = 0.0, maximum = 1.0)]
     pub importance: Option<f64>,
     /// Defaults: working → session, episodic → medium_term, semantic → long_term, procedural → permanent.
     pub retention: Option<Retention>,
@@ -36,25 +45,34 @@ pub struct CreateMemoryRequest {
     pub outcome: Option<Outcome>,
     /// Private memories are never shared with other agents.
     pub private: Option<bool>,
+    /// Any JSON object of at most 16 KiB serialised; keys non-empty with no
+    /// hidden characters and no string holding NUL, at any depth.
     #[schema(value_type = Option<Object>)]
     pub metadata: Option<Map<String, Value>>,
-    /// When it happened (RFC 3339); default now. Recency decays from here.
+    /// When it happened (RFC 3339, years 1-9999, at most 24 hours ahead); default now. Recency decays from here.
     pub occurred_at: Option<DateTime<Utc>>,
     /// Semantic: a fact with subject and predicate contends for that slot: it
     /// supersedes the current fact unless that one comes from a more trusted
     /// source or is more confident, in which case it is kept as a candidate
     /// (`contested_by`), never recalled. For multi-valued predicates
     /// (`facts.multi_valued_predicates`) the object is part of the slot.
+    #[schema(min_length = 1, max_length = 256)]
     pub subject: Option<String>,
+    #[schema(min_length = 1, max_length = 128)]
     pub predicate: Option<String>,
+    #[schema(min_length = 1, max_length = 4096)]
     pub object: Option<String>,
     /// Semantic: 0 to 1, default 0.7.
+    #[schema(minimum = 0.0, maximum = 1.0)]
     pub confidence: Option<f64>,
     /// Semantic: the episode the fact was learned from.
     pub source_episode_id: Option<Uuid>,
-    /// Procedural: the skill's name, unique per agent; writing it again updates the skill.
+    /// Procedural: the skill's name, unique per agent; writing it again updates
+    /// the skill. No control, bidirectional or invisible characters.
+    #[schema(min_length = 1, max_length = 128)]
     pub skill_name: Option<String>,
     /// Procedural: when the skill applies.
+    #[schema(min_length = 1, max_length = 4096)]
     pub trigger_pattern: Option<String>,
     /// Procedural: learned parameters or steps.
     #[schema(value_type = Option<Object>)]
@@ -63,6 +81,7 @@ pub struct CreateMemoryRequest {
     #[schema(value_type = Option<Vec<Object>>)]
     pub tool_sequence: Option<Vec<Value>>,
     /// Procedural: reward of this use, -1 to 1; averaged into `avg_reward`.
+    #[schema(minimum = -1.0, maximum = 1.0)]
     pub reward: Option<f64>,
 }
 
@@ -70,6 +89,7 @@ pub struct CreateMemoryRequest {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchRequest {
+    #[schema(min_items = 1, max_items = 500)]
     pub memories: Vec<CreateMemoryRequest>,
 }
 
@@ -95,14 +115,18 @@ pub struct HistoryResponse {
     pub memories: Vec<MemoryResponse>,
 }
 
-/// Fields to change; absent fields stay as they are.
+/// Fields to change (at least one); absent fields stay as they are.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(min_properties = 1)]
 pub struct UpdateMemoryRequest {
-    /// New text; the memory is embedded again.
+    /// New text; the memory is embedded again. The rules of `content` on write.
+    #[schema(min_length = 1, max_length = 32768)]
     pub content: Option<String>,
+    #[schema(minimum = 0.0, maximum = 1.0)]
     pub importance: Option<f64>,
-    /// Merged into the stored metadata (RFC 7396: a null value removes its key).
+    /// Merged into the stored metadata (RFC 7396: a null value removes its
+    /// key). The rules of `metadata` on write.
     #[schema(value_type = Option<Object>)]
     pub metadata: Option<Map<String, Value>>,
     /// New retention; expires_at becomes created_at plus its duration.
@@ -132,13 +156,23 @@ impl CreateMemoryRequest {
         let importance = opt_unit(at, "importance", self.importance)?;
         let confidence = opt_unit(at, "confidence", self.confidence)?;
         let reward = self.reward.map(|r| validate::reward(&format!("{at}/reward"), r)).transpose()?;
-        opt_text(at, "subject", &self.subject, 256)?;
-        opt_text(at, "predicate", &self.predicate, 128)?;
-        opt_text(at, "object", &self.object, 4096)?;
-        opt_text(at, "skill_name", &self.skill_name, 128)?;
-        opt_text(at, "trigger_pattern", &self.trigger_pattern, 4096)?;
+        opt_text(at, "subject", &self.subject, MAX_SUBJECT_CHARS)?;
+        opt_text(at, "predicate", &self.predicate, MAX_PREDICATE_CHARS)?;
+        opt_text(at, "object", &self.object, MAX_PHRASE_CHARS)?;
+        if let Some(name) = &self.skill_name {
+            validate::name(&format!("{at}/skill_name"), name, MAX_SKILL_NAME_CHARS)?;
+        }
+        opt_text(at, "trigger_pattern", &self.trigger_pattern, MAX_PHRASE_CHARS)?;
         let metadata = self.metadata.unwrap_or_default();
         validate::metadata(&format!("{at}/metadata"), &metadata)?;
+        let policy = self.policy.map(Value::Object);
+        if let Some(p) = &policy {
+            validate::storable_json(&format!("{at}/policy"), p)?;
+        }
+        let tool_sequence = self.tool_sequence.map(Value::Array);
+        if let Some(t) = &tool_sequence {
+            validate::storable_json(&format!("{at}/tool_sequence"), t)?;
+        }
         if let Some(t) = self.occurred_at {
             validate::occurred_at(&format!("{at}/occurred_at"), t, now)?;
         }
@@ -162,8 +196,8 @@ impl CreateMemoryRequest {
             source_episode_id: self.source_episode_id,
             skill_name: self.skill_name,
             trigger_pattern: self.trigger_pattern,
-            policy: self.policy.map(Value::Object),
-            tool_sequence: self.tool_sequence.map(Value::Array),
+            policy,
+            tool_sequence,
             reward,
         })
     }

@@ -1,13 +1,17 @@
 //! Extractors that turn every kind of bad input into the API's error body:
-//! malformed JSON (400), a wrong or missing field (422 with its JSON pointer),
-//! an oversized body (413), a body that is not `application/json` (415), a
-//! missing or unknown API key (401).
+//! malformed JSON (400), a wrong, missing or repeated field (422 with its JSON
+//! pointer, in the API's words rather than serde's), an oversized body (413),
+//! a body that is not `application/json` (415), a missing or unknown API key
+//! (401).
+
+use std::cell::RefCell;
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
-use serde::de::DeserializeOwned;
+use serde::de::{self, DeserializeOwned, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -34,9 +38,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ValidJson<T> {
             }
         })?;
         let body_sha256 = hex::encode(Sha256::digest(&bytes));
-        let raw: serde_json::Value =
-            serde_json::from_slice(&bytes).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
-        let value = from_value(raw)?;
+        let value = from_value(parse_json(&bytes)?)?;
         Ok(ValidJson { value, body_sha256 })
     }
 }
@@ -62,8 +64,100 @@ fn require_json_content_type(headers: &axum::http::HeaderMap) -> Result<(), ApiE
     )))
 }
 
+/// Parses a JSON body, refusing an object that holds a key twice (422 naming
+/// the second one): serde_json would keep the last silently, and a client
+/// that sent both meant something we cannot know.
+pub fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
+    let duplicate = RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let parsed = Strict { at: String::new(), duplicate: &duplicate }.deserialize(&mut de).and_then(|v| {
+        de.end()?;
+        Ok(v)
+    });
+    match (parsed, duplicate.into_inner()) {
+        (_, Some(pointer)) => Err(ApiError::field(pointer, "appears twice in its object; give each key once")),
+        (Err(e), None) => Err(ApiError::InvalidJson(e.to_string())),
+        (Ok(v), None) => Ok(v),
+    }
+}
+
+/// A JSON value built as serde_json builds one, noting the pointer of the
+/// first repeated key.
+struct Strict<'a> {
+    at: String,
+    duplicate: &'a RefCell<Option<String>>,
+}
+
+impl<'de> DeserializeSeed<'de> for Strict<'_> {
+    type Value = Value;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Strict<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(v) =
+            seq.next_element_seed(Strict { at: format!("{}/{}", self.at, items.len()), duplicate: self.duplicate })?
+        {
+            items.push(v);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let at = format!("{}/{}", self.at, escape(&key));
+            if out.contains_key(&key) {
+                *self.duplicate.borrow_mut() = Some(at);
+                return Err(de::Error::custom("duplicate key"));
+            }
+            let v = map.next_value_seed(Strict { at, duplicate: self.duplicate })?;
+            out.insert(key, v);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
 /// Deserialises a JSON value, naming the failing field as a JSON pointer.
-pub fn from_value<T: DeserializeOwned>(raw: serde_json::Value) -> Result<T, ApiError> {
+pub fn from_value<T: DeserializeOwned>(raw: Value) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(raw).map_err(|e| {
         let mut pointer = pointer_of(e.path());
         let message = e.inner().to_string();
@@ -73,8 +167,90 @@ pub fn from_value<T: DeserializeOwned>(raw: serde_json::Value) -> Result<T, ApiE
         {
             pointer = format!("{pointer}/{}", escape(name));
         }
-        ApiError::field(pointer, message)
+        ApiError::field(pointer, in_api_words(&message))
     })
+}
+
+/// serde's messages speak Rust ("invalid type: string \"x\", expected f64",
+/// "unknown variant"); clients read JSON. This rewrites each of serde's
+/// message shapes; anything else (chrono's, uuid's) is already plain.
+fn in_api_words(message: &str) -> String {
+    if message.starts_with("missing field `") {
+        return "is required".into();
+    }
+    if let Some(rest) = message.strip_prefix("unknown field `")
+        && let Some((name, expected)) = rest.split_once("`, ")
+    {
+        return match expected.strip_prefix("expected ") {
+            Some(list) => format!("`{name}` is not a field here; expected {list}"),
+            None => format!("`{name}` is not a field here; this object takes no fields"),
+        };
+    }
+    if let Some(rest) = message.strip_prefix("unknown variant `")
+        && let Some((got, expected)) = rest.split_once("`, ")
+    {
+        let expected = expected.strip_prefix("expected ").unwrap_or("a known value");
+        return format!("must be {expected}, not `{got}`");
+    }
+    for prefix in ["invalid type: ", "invalid value: "] {
+        if let Some(rest) = message.strip_prefix(prefix)
+            && let Some((got, expected)) = rest.rsplit_once(", expected ")
+        {
+            return format!("must be {}, not {}", expected_in_words(expected), got_in_words(got));
+        }
+    }
+    if message.starts_with("invalid length ") {
+        return "has the wrong number of items".into();
+    }
+    // The parsers of timestamps (chrono) and ids (uuid) say what is wrong but
+    // not what was wanted.
+    if let Some(rest) = message.strip_prefix("UUID parsing failed: ") {
+        return format!("must be a UUID ({rest})");
+    }
+    const CHRONO: [&str; 7] = [
+        "input contains invalid characters",
+        "premature end of input",
+        "trailing input",
+        "input is out of range",
+        "input is not enough for unique date and time",
+        "no possible date and time matching input",
+        "bad or unsupported format string",
+    ];
+    if CHRONO.contains(&message) {
+        return format!("must be an RFC 3339 timestamp ({message})");
+    }
+    message.to_string()
+}
+
+fn expected_in_words(expected: &str) -> &str {
+    match expected {
+        "f64" | "f32" => "a number",
+        "u8" | "u16" | "u32" | "u64" | "usize" => "a whole number, 0 or more",
+        "i8" | "i16" | "i32" | "i64" | "isize" => "a whole number",
+        "a map" => "an object",
+        "string or map" => "a string",
+        "a sequence" => "an array",
+        e if e.starts_with("struct ") => "an object",
+        e if e.starts_with("enum ") => "a string",
+        other => other,
+    }
+}
+
+fn got_in_words(got: &str) -> String {
+    let number = |s: &str| s.trim_matches('`').to_string();
+    if let Some(n) = got.strip_prefix("integer ").or_else(|| got.strip_prefix("floating point ")) {
+        return number(n);
+    }
+    if let Some(b) = got.strip_prefix("boolean ") {
+        return number(b);
+    }
+    match got {
+        "map" => "an object".into(),
+        "sequence" => "an array".into(),
+        "unit value" => "null".into(),
+        s if s.starts_with("string ") => format!("the {s}"),
+        other => other.to_string(),
+    }
 }
 
 fn escape(segment: &str) -> String {
@@ -157,11 +333,18 @@ impl FromRequestParts<AppState> for Tenant {
             .headers
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-            .map(str::trim)
+            .and_then(bearer_token)
             .ok_or(ApiError::Unauthorized)?;
         state.auth.tenant_of(token).map(Tenant).ok_or(ApiError::Unauthorized)
     }
+}
+
+/// The token of an `Authorization: Bearer <token>` value. The scheme is
+/// case-insensitive (RFC 9110 §11.1): `bearer` and `BEARER` work alike.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 #[cfg(test)]
@@ -204,6 +387,41 @@ mod tests {
             ApiError::InvalidField(fe) => fe.field,
             other => panic!("expected invalid_field, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        assert_eq!(bearer_token("Bearer k"), Some("k"));
+        assert_eq!(bearer_token("BEARER k"), Some("k"));
+        assert_eq!(bearer_token("bEaReR  k "), Some("k"));
+        assert_eq!(bearer_token("Basic k"), None);
+        assert_eq!(bearer_token("Bearer "), None);
+        assert_eq!(bearer_token("Bearerk"), None);
+    }
+
+    #[test]
+    fn a_repeated_key_is_named_at_any_depth() {
+        let field = |body: &str| match parse_json(body.as_bytes()) {
+            Err(ApiError::InvalidField(fe)) => fe.field,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(field(r#"{"a": 1, "a": 2}"#), "/a");
+        assert_eq!(field(r#"{"m": [{"x": 1}, {"k/y": 1, "k/y": 2}]}"#), "/m/1/k~1y");
+        assert!(matches!(parse_json(br#"{"a": 1} x"#), Err(ApiError::InvalidJson(_))));
+        assert_eq!(parse_json(br#"{"a": {"a": 1}, "b": [1.5, null]}"#).unwrap()["b"][0], 1.5);
+    }
+
+    #[test]
+    fn serde_messages_are_put_in_the_apis_words() {
+        let message = |v: Value| match from_value::<Batch>(v) {
+            Err(ApiError::InvalidField(fe)) => fe.message,
+            other => panic!("{other:?}"),
+        };
+        let m = message(serde_json::json!({"memories": [{"importance": "x", "name": "b"}]}));
+        assert_eq!(m, r#"must be a number, not the string "x""#);
+        assert_eq!(message(serde_json::json!({"memories": {}})), "must be an array, not an object");
+        assert_eq!(message(serde_json::json!({"memories": [{"importance": 1}]})), "is required");
+        assert_eq!(message(serde_json::json!({"memories": [3]})), "must be an object, not 3");
     }
 
     #[test]

@@ -51,17 +51,21 @@ fn idempotency_key(headers: &HeaderMap, body_sha256: &str) -> Result<Option<Idem
 #[utoipa::path(
     post, path = "/v1/memories", tag = "memories",
     request_body = CreateMemoriesBody,
-    params(("Idempotency-Key" = Option<String>, Header, description = "Makes retries safe: same key and body, same response")),
+    params(("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255,
+        description = "Makes retries safe: same key and body, same response (1-255 visible ASCII characters)")),
     responses(
+        (status = 200, description = "A replay of an earlier request with this Idempotency-Key answered 200", body = WriteResponse),
         (status = 201, description = "Written, in request order", body = WriteResponse),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
-        (status = 401, description = "Missing or unknown API key", body = ErrorBody),
+        (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
-        (status = 409, description = "Idempotency key reused with another body", body = ErrorBody),
+        (status = 409, description = "Idempotency key reused with another body, or still in progress", body = ErrorBody),
         (status = 413, description = "Body over the limit", body = ErrorBody),
         (status = 415, description = "The body is not sent as `Content-Type: application/json`", body = ErrorBody),
-        (status = 422, description = "A field is missing, mistyped or out of range", body = ErrorBody),
-        (status = 503, description = "A backend is unavailable; see Retry-After", body = ErrorBody),
+        (status = 422, description = "A field is missing, mistyped, repeated or out of range", body = ErrorBody),
+        (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []))
 )]
@@ -104,9 +108,13 @@ pub async fn create_memories(
     params(("id" = Uuid, Path, description = "Memory id")),
     responses(
         (status = 200, body = MemoryResponse),
+        (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
         (status = 404, description = "No such memory for this tenant (or expired)", body = ErrorBody),
         (status = 422, description = "The id is not a UUID", body = ErrorBody),
+        (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []))
 )]
@@ -126,11 +134,17 @@ pub async fn get_memory(
     request_body = UpdateMemoryRequest,
     responses(
         (status = 200, body = MemoryResponse),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
-        (status = 404, body = ErrorBody),
+        (status = 404, description = "No such memory for this tenant (or expired)", body = ErrorBody),
         (status = 409, description = "The new content duplicates another valid fact", body = ErrorBody),
+        (status = 413, description = "Body over the limit", body = ErrorBody),
         (status = 415, description = "The body is not sent as `Content-Type: application/json`", body = ErrorBody),
-        (status = 422, body = ErrorBody),
+        (status = 422, description = "The id is not a UUID, or a field is mistyped, repeated or out of range", body = ErrorBody),
+        (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []))
 )]
@@ -151,9 +165,13 @@ pub async fn update_memory(
     params(("id" = Uuid, Path, description = "Memory id")),
     responses(
         (status = 204, description = "Deleted"),
+        (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
-        (status = 404, body = ErrorBody),
-        (status = 422, body = ErrorBody),
+        (status = 404, description = "No such memory for this tenant", body = ErrorBody),
+        (status = 422, description = "The id is not a UUID", body = ErrorBody),
+        (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []))
 )]
@@ -173,8 +191,13 @@ pub async fn delete_memory(
     params(("id" = Uuid, Path, description = "Memory id")),
     responses(
         (status = 200, body = HistoryResponse),
+        (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
-        (status = 404, body = ErrorBody),
+        (status = 404, description = "No such memory for this tenant", body = ErrorBody),
+        (status = 422, description = "The id is not a UUID", body = ErrorBody),
+        (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []))
 )]
@@ -198,18 +221,24 @@ pub async fn memory_history(
 #[utoipa::path(
     get, path = "/v1/memories", tag = "memories",
     params(
-        ("agent_id" = Option<String>, Query), ("user_id" = Option<String>, Query),
-        ("session_id" = Option<String>, Query),
+        ("agent_id" = Option<String>, Query, min_length = 1, max_length = 64),
+        ("user_id" = Option<String>, Query, min_length = 1, max_length = 64),
+        ("session_id" = Option<String>, Query, min_length = 1, max_length = 64),
         ("tier" = Option<String>, Query, description = "e.g. episodic,semantic"),
         ("created_after" = Option<DateTime<Utc>>, Query), ("created_before" = Option<DateTime<Utc>>, Query),
         ("include_superseded" = Option<bool>, Query),
-        ("limit" = Option<usize>, Query), ("cursor" = Option<String>, Query),
+        ("limit" = Option<usize>, Query, minimum = 1, maximum = 200, description = "Default 50"),
+        ("cursor" = Option<String>, Query, description = "A `next_cursor` from an earlier page"),
     ),
     responses(
         (status = 200, body = ListResponse),
         (status = 400, description = "Bad cursor", body = ErrorBody),
+        (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
         (status = 422, description = "Bad parameter", body = ErrorBody),
+        (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []))
 )]
@@ -240,9 +269,11 @@ pub fn decode_cursor(s: &str) -> Option<Cursor> {
 }
 
 fn parse_time(name: &str, v: &str) -> Result<DateTime<Utc>, ApiError> {
-    DateTime::parse_from_rfc3339(v)
+    let t = DateTime::parse_from_rfc3339(v)
         .map(|t| t.with_timezone(&Utc))
-        .map_err(|_| ApiError::field(name, "must be an RFC 3339 timestamp"))
+        .map_err(|_| ApiError::field(name, "must be an RFC 3339 timestamp"))?;
+    validate::timestamp(name, t)?;
+    Ok(t)
 }
 
 pub fn parse_list_query(query: &str) -> Result<ListFilter, ApiError> {
@@ -284,7 +315,12 @@ pub fn parse_list_query(query: &str) -> Result<ListFilter, ApiError> {
             }
             "cursor" => f.after = Some(decode_cursor(&v).ok_or(ApiError::InvalidCursor)?),
             other => match other.strip_prefix("metadata.") {
-                Some(key) if !key.is_empty() => f.metadata.push((key.to_string(), v)),
+                Some(key) if !key.is_empty() => {
+                    validate::storable(other, key)?;
+                    validate::visible(other, key)?;
+                    validate::storable(other, &v)?;
+                    f.metadata.push((key.to_string(), v))
+                }
                 _ => return Err(ApiError::field(other, "is not a filter of this route")),
             },
         }

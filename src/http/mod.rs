@@ -41,8 +41,12 @@ const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
     info(
         title = "engram",
         description = "A memory server for AI agents: working, episodic, semantic and procedural memory.\n\n\
-            Authentication: `Authorization: Bearer <key>` when the server has API keys configured; \
-            each key belongs to one tenant, and a tenant sees only its own memories (another tenant's ids answer 404).\n\n\
+            Authentication: `Authorization: Bearer <key>` (the scheme in any case) when the server has API keys \
+            configured; a 401 carries `WWW-Authenticate: Bearer`. Each key belongs to one tenant, and a tenant sees \
+            only its own memories (another tenant's ids answer 404).\n\n\
+            Input: no text or JSON value may contain NUL (U+0000); identifiers, skill names and metadata keys may \
+            not contain control, bidirectional or invisible characters; an object that repeats a key is 422 naming \
+            it.\n\n\
             Errors: `{\"error\": {\"code\", \"message\", \"field\"?, \"request_id\"}}` with stable codes: \
             invalid_json (400), invalid_cursor (400), unauthorized (401), host_not_allowed and origin_not_allowed \
             (403, only without API keys: the Host and Origin headers must name localhost, 127.0.0.1, [::1] or a \

@@ -27,7 +27,7 @@ pub const DEFAULT_OUTPUT_RESERVE: i64 = 4096;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchFilter {
-    /// `metadata.KEY` must equal this JSON value.
+    /// `metadata.KEY` must equal this JSON value (no NUL in keys or strings).
     #[schema(value_type = Option<Object>)]
     pub metadata: Option<Map<String, Value>>,
     /// Only memories that occurred at or after this time.
@@ -40,14 +40,21 @@ pub struct SearchFilter {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchRequest {
+    /// An identifier, as on write.
+    #[schema(min_length = 1, max_length = 64)]
     pub agent_id: String,
     /// Only this user's memories.
+    #[schema(min_length = 1, max_length = 64)]
     pub user_id: Option<String>,
     /// The session whose working memory is searched too.
+    #[schema(min_length = 1, max_length = 64)]
     pub session_id: Option<String>,
+    /// Not blank, at most 32768 bytes of UTF-8, no NUL.
+    #[schema(min_length = 1, max_length = 32768)]
     pub query: String,
     /// 1 to 200, default 20.
-    pub top_k: Option<usize>,
+    #[schema(minimum = 1, maximum = 200)]
+    pub top_k: Option<i64>,
     /// Default: all four.
     pub tiers: Option<Vec<Tier>>,
     /// Overrides the agent's (or the default) scoring weights.
@@ -56,6 +63,7 @@ pub struct SearchRequest {
     /// Drop candidates whose own match to the query (the fused similarity of
     /// the memory alone, before neighbouring episodes and normalisation) is
     /// below this (0 to 1).
+    #[schema(minimum = 0.0, maximum = 1.0)]
     pub min_relevance: Option<f64>,
 }
 
@@ -70,16 +78,23 @@ pub struct SearchResponse {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ContextRequest {
+    #[schema(min_length = 1, max_length = 64)]
     pub agent_id: String,
+    #[schema(min_length = 1, max_length = 64)]
     pub user_id: Option<String>,
+    #[schema(min_length = 1, max_length = 64)]
     pub session_id: Option<String>,
+    #[schema(min_length = 1, max_length = 32768)]
     pub query: String,
     /// The model's context window.
+    #[schema(minimum = 1)]
     pub max_context_tokens: i64,
     /// Counted with the tokenizer; or give `system_prompt_tokens`.
     pub system_prompt: Option<String>,
+    #[schema(minimum = 0)]
     pub system_prompt_tokens: Option<i64>,
     /// Kept free for the answer; default 4096.
+    #[schema(minimum = 0)]
     pub output_reserve_tokens: Option<i64>,
     /// Budget shares per tier; default working 0.40, semantic 0.25, episodic 0.20, procedural 0.15.
     pub allocation: Option<Allocation>,
@@ -88,6 +103,7 @@ pub struct ContextRequest {
     pub weights: Option<Weights>,
     pub tiers: Option<Vec<Tier>>,
     pub filter: Option<SearchFilter>,
+    #[schema(minimum = 0.0, maximum = 1.0)]
     pub min_relevance: Option<f64>,
 }
 
@@ -126,6 +142,15 @@ fn search_params(
     }
     let min_relevance = min_relevance.map(|m| validate::unit_interval("/min_relevance", m)).transpose()?;
     let filter = filter.unwrap_or(SearchFilter { metadata: None, since: None, until: None });
+    if let Some(m) = &filter.metadata {
+        validate::storable_json("/filter/metadata", &Value::Object(m.clone()))?;
+    }
+    if let Some(t) = filter.since {
+        validate::timestamp("/filter/since", t)?;
+    }
+    if let Some(t) = filter.until {
+        validate::timestamp("/filter/until", t)?;
+    }
     Ok(SearchParams {
         agent_id,
         user_id,
@@ -162,11 +187,15 @@ fn search_params(
     request_body = SearchRequest,
     responses(
         (status = 200, body = SearchResponse),
-        (status = 400, body = ErrorBody),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
+        (status = 413, description = "Body over the limit", body = ErrorBody),
         (status = 415, description = "The body is not sent as `Content-Type: application/json`", body = ErrorBody),
-        (status = 422, body = ErrorBody),
-        (status = 503, body = ErrorBody),
+        (status = 422, description = "A field is missing, mistyped, repeated or out of range", body = ErrorBody),
+        (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []))
 )]
@@ -176,10 +205,11 @@ pub async fn search_memories(
     body: ValidJson<Value>,
 ) -> Result<Json<SearchResponse>, ApiError> {
     let r: SearchRequest = from_value(body.value)?;
-    let top_k = r.top_k.unwrap_or(DEFAULT_TOP_K);
-    if !(1..=MAX_TOP_K).contains(&top_k) {
-        return Err(ApiError::field("/top_k", format!("must be from 1 to {MAX_TOP_K}")));
-    }
+    // Read as any whole number so that -1 hears the range, not "0 or more".
+    let top_k = r.top_k.map_or(Ok(DEFAULT_TOP_K), usize::try_from).ok().filter(|k| (1..=MAX_TOP_K).contains(k));
+    let Some(top_k) = top_k else {
+        return Err(ApiError::field("/top_k", format!("must be a whole number from 1 to {MAX_TOP_K}")));
+    };
     let params = search_params(
         r.agent_id,
         r.user_id,
@@ -210,10 +240,15 @@ pub async fn search_memories(
     request_body = ContextRequest,
     responses(
         (status = 200, body = ContextResponse),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
+        (status = 413, description = "Body over the limit", body = ErrorBody),
         (status = 415, description = "The body is not sent as `Content-Type: application/json`", body = ErrorBody),
-        (status = 422, body = ErrorBody),
-        (status = 503, body = ErrorBody),
+        (status = 422, description = "A field is missing, mistyped, repeated or out of range, or the budget is negative", body = ErrorBody),
+        (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []))
 )]

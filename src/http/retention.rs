@@ -68,7 +68,12 @@ impl From<TierPreview> for TierPreviewResponse {
     params(("limit" = Option<usize>, Query)),
     responses(
         (status = 200, body = RetentionPreviewResponse),
+        (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
+        (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
         (status = 422, description = "Bad parameter", body = ErrorBody),
+        (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = []))
 )]

@@ -6,6 +6,7 @@ mod connections;
 mod contract;
 mod errors;
 mod helpers;
+mod inputs;
 mod keyless;
 mod memories;
 mod numbers;

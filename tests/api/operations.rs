@@ -55,3 +55,50 @@ fn committed_openapi_matches_the_code() {
         "openapi/openapi.json is stale: run ENGRAM_UPDATE_OPENAPI=1 cargo test openapi"
     );
 }
+
+/// The document states every status a route can answer and the limits the
+/// server enforces (schemathesis, in scripts/test.sh, checks the rest).
+#[test]
+fn the_openapi_document_states_statuses_and_limits() {
+    let spec: serde_json::Value = serde_json::from_str(&engram::http::openapi_json()).unwrap();
+    for (path, ops) in spec["paths"].as_object().unwrap() {
+        for (method, op) in ops.as_object().unwrap() {
+            let has = |status: &str| op["responses"].get(status).is_some();
+            if op.get("security").is_some() {
+                for status in ["401", "503"] {
+                    assert!(has(status), "{method} {path} documents no {status}");
+                }
+                assert_eq!(op["responses"]["401"]["headers"]["WWW-Authenticate"]["schema"]["type"], "string");
+                assert!(op["responses"]["503"]["headers"].get("Retry-After").is_some(), "{method} {path}");
+            }
+            if op.get("requestBody").is_some() {
+                for status in ["400", "413", "422"] {
+                    assert!(has(status), "{method} {path} documents no {status}");
+                }
+            }
+            if path.contains("{id}") {
+                assert!(has("404") && has("422"), "{method} {path}");
+            }
+        }
+    }
+    let schemas = &spec["components"]["schemas"];
+    let create = &schemas["CreateMemoryRequest"]["properties"];
+    assert_eq!(create["agent_id"]["maxLength"], 64);
+    assert_eq!(create["content"]["maxLength"], engram::domain::validate::MAX_CONTENT_BYTES);
+    assert_eq!(create["importance"]["maximum"], 1.0);
+    assert_eq!(create["reward"]["minimum"], -1.0);
+    assert_eq!(create["skill_name"]["maxLength"], engram::domain::validate::MAX_SKILL_NAME_CHARS);
+    assert_eq!(create["subject"]["maxLength"], engram::domain::validate::MAX_SUBJECT_CHARS);
+    assert_eq!(create["predicate"]["maxLength"], engram::domain::validate::MAX_PREDICATE_CHARS);
+    assert_eq!(create["object"]["maxLength"], engram::domain::validate::MAX_PHRASE_CHARS);
+    assert_eq!(schemas["BatchRequest"]["properties"]["memories"]["maxItems"], engram::domain::validate::MAX_BATCH);
+    assert_eq!(schemas["SearchRequest"]["properties"]["top_k"]["maximum"], engram::http::recall::MAX_TOP_K);
+    assert_eq!(schemas["Weights"]["properties"]["recency"]["maximum"], 10.0);
+    let limit = spec["paths"]["/v1/memories"]["get"]["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "limit")
+        .unwrap();
+    assert_eq!(limit["schema"]["maximum"], engram::http::memories::MAX_LIMIT);
+}

@@ -272,6 +272,13 @@ async fn a_bad_line_is_named_and_nothing_of_its_batch_is_written() {
     // Not an export at all.
     let err = transfer::import(&target.storage, None, &b"{\"a\": 1}\n"[..], Utc::now()).await.unwrap_err();
     assert!(format!("{err:#}").contains("line 1"), "{err:#}");
+    // A NUL (which Postgres cannot store, and which the embedded backend once
+    // took) is refused on either backend, naming the field.
+    let nul = file.replacen("A good episode", "A good\\u0000episode", 1);
+    let err = transfer::import(&target.storage, None, nul.as_bytes(), Utc::now()).await.unwrap_err();
+    assert!(format!("{err:#}").contains("line 2: /content: must not contain the NUL"), "{err:#}");
+    let (_, listed) = target.get_json("/v1/memories?agent_id=a").await;
+    assert_eq!(listed["memories"], json!([]));
 }
 
 #[tokio::test]
