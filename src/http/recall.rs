@@ -64,6 +64,10 @@ pub struct SearchResponse {
     /// Best first.
     pub results: Vec<ScoredMemoryResponse>,
     pub timings: Timings,
+    /// What the response left out: `working_memory_unavailable` when the
+    /// session's working memory could not be read (Redis down) and the
+    /// results come from the persistent tiers only. Empty otherwise.
+    pub warnings: Vec<String>,
 }
 
 /// Assemble a token-budgeted context for a prompt.
@@ -99,6 +103,10 @@ pub struct ContextResponse {
     pub sections: BTreeMap<Tier, Vec<PackedItem>>,
     pub usage: ContextUsage,
     pub timings: Timings,
+    /// What the response left out: `working_memory_unavailable` when the
+    /// session's working memory could not be read (Redis down) and the
+    /// results come from the persistent tiers only. Empty otherwise.
+    pub warnings: Vec<String>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -193,7 +201,7 @@ pub async fn search_memories(
     )?;
     let outcome = state.service.search(&tenant, &params).await?;
     let results = outcome.results.into_iter().map(ScoredMemoryResponse::from).collect();
-    Ok(Json(SearchResponse { results, timings: outcome.timings }))
+    Ok(Json(SearchResponse { results, timings: outcome.timings, warnings: outcome.warnings }))
 }
 
 /// Build a context block that fits a token budget.
@@ -264,5 +272,6 @@ pub async fn build_context(
         sections: outcome.sections,
         usage: outcome.usage,
         timings: outcome.timings,
+        warnings: outcome.warnings,
     }))
 }
