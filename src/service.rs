@@ -1,7 +1,8 @@
 //! The memory service: what a request means, independent of HTTP. It decides
 //! tiers, embeds, and coordinates working memory (Redis) with the persistent
-//! store so that a batch is all or nothing and acknowledged only once
-//! committed.
+//! store: a batch's persistent part commits first with its working entries
+//! in an outbox, working memory is written after, and a batch is
+//! acknowledged only once both are done (`write`).
 
 use std::sync::Arc;
 

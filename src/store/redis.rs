@@ -9,8 +9,10 @@
 //! ids and the entries pushed out are deleted. Every command is single-key or
 //! pipelined per key, so the layout also works on Redis Cluster.
 //!
-//! When Redis cannot be reached, calls fail fast with `Unavailable` and the
-//! HTTP layer answers 503 with Retry-After; nothing here blocks the
+//! When Redis cannot be reached, calls fail with `Unavailable` and the HTTP
+//! layer answers 503 with Retry-After. Request-path calls go through a
+//! circuit breaker (`breaker.rs`), so once Redis is known down they fail at
+//! once instead of waiting the command timeout: nothing here slows the
 //! persistent tiers.
 
 use std::time::Duration;
