@@ -257,6 +257,13 @@ pub struct RedisConfig {
     pub procedural_cache_ttl_secs: u64,
     /// `Retry-After` sent with 503 when Redis is unreachable.
     pub retry_after_secs: u64,
+    /// Failed calls in a row that open the circuit breaker.
+    pub breaker_failures: u32,
+    /// How long an open breaker refuses calls before one probe goes through.
+    pub breaker_cooldown_ms: u64,
+    /// How often committed working-memory entries left in the outbox (by a
+    /// crash or a Redis failure after the commit) are written; 0: never.
+    pub outbox_interval_secs: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -473,6 +480,9 @@ impl Default for RedisConfig {
             working_max_entries: 500,
             procedural_cache_ttl_secs: 300,
             retry_after_secs: 5,
+            breaker_failures: 1,
+            breaker_cooldown_ms: 2_000,
+            outbox_interval_secs: 10,
         }
     }
 }
@@ -660,6 +670,15 @@ impl Config {
         }
         if self.redis.pool_size == 0 {
             return bad("redis.pool_size", "must be greater than 0");
+        }
+        if !(1..=100).contains(&self.redis.breaker_failures) {
+            return bad("redis.breaker_failures", "must be between 1 and 100");
+        }
+        if !(10..=600_000).contains(&self.redis.breaker_cooldown_ms) {
+            return bad("redis.breaker_cooldown_ms", "must be between 10 and 600000");
+        }
+        if self.redis.outbox_interval_secs > 86_400 {
+            return bad("redis.outbox_interval_secs", "must be at most 86400 (0 turns the outbox job off)");
         }
         if self.redis.working_max_entries == 0 {
             return bad("redis.working_max_entries", "must be greater than 0");

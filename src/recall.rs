@@ -74,7 +74,13 @@ pub struct Timings {
 pub struct SearchOutcome {
     pub results: Vec<ScoredMemory>,
     pub timings: Timings,
+    /// What the results left out (`WORKING_MEMORY_UNAVAILABLE`).
+    pub warnings: Vec<String>,
 }
+
+/// The warning of a recall that could not read the session's working
+/// memory (Redis down, or its circuit breaker open) and went on without it.
+pub const WORKING_MEMORY_UNAVAILABLE: &str = "working_memory_unavailable";
 
 /// A validated context request.
 #[derive(Debug, Clone)]
@@ -108,6 +114,7 @@ pub struct ContextOutcome {
     pub sections: BTreeMap<Tier, Vec<PackedItem>>,
     pub usage: ContextUsage,
     pub timings: Timings,
+    pub warnings: Vec<String>,
 }
 
 /// Accesses of one search: the tenant and the (tier, id) of each memory returned.
@@ -245,11 +252,12 @@ impl MemoryService {
         per_leg: usize,
         keep: usize,
         total: usize,
-    ) -> ServiceResult<(Vec<Scored>, Timings)> {
+    ) -> ServiceResult<(Vec<Scored>, Timings, Vec<String>)> {
         let started = Instant::now();
         let now = self.clock.now();
         let wants = |t: Tier| p.tiers.is_empty() || p.tiers.contains(&t);
         let mut timings = Timings::default();
+        let mut warnings = Vec::new();
 
         let mut query = SearchQuery {
             agent_id: p.agent_id.clone(),
@@ -301,6 +309,7 @@ impl MemoryService {
             Some(Err(e)) if p.tiers == [Tier::Working] => return Err(e.into()),
             Some(Err(e)) => {
                 tracing::warn!(error = %e, "searching without working memory: Redis unavailable");
+                warnings.push(WORKING_MEMORY_UNAVAILABLE.to_string());
                 Vec::new()
             }
             None => Vec::new(),
@@ -390,7 +399,7 @@ impl MemoryService {
         let scored = self.dedup(order.into_iter().filter_map(|i| slots[i].take()), keep, total);
         timings.scoring_ms = t.elapsed().as_secs_f64() * 1e3;
         timings.total_ms = started.elapsed().as_secs_f64() * 1e3;
-        Ok((scored, timings))
+        Ok((scored, timings, warnings))
     }
 
     /// Keeps the first (best scored) of each group of duplicates: the same
@@ -436,14 +445,14 @@ impl MemoryService {
 
     pub async fn search(&self, tenant: &str, p: &SearchParams) -> ServiceResult<SearchOutcome> {
         let per_leg = (p.top_k * 2).clamp(40, 400);
-        let (mut scored, timings) = self.recall(tenant, p, per_leg, p.top_k, p.top_k).await?;
+        let (mut scored, timings, warnings) = self.recall(tenant, p, per_leg, p.top_k, p.top_k).await?;
         scored.truncate(p.top_k);
         self.record_access(tenant, &scored.iter().map(|s| &s.memory).collect::<Vec<_>>());
         let results = scored
             .into_iter()
             .map(|s| ScoredMemory { memory: s.memory, score: s.score, components: s.components })
             .collect();
-        Ok(SearchOutcome { results, timings })
+        Ok(SearchOutcome { results, timings, warnings })
     }
 
     pub async fn context(&self, tenant: &str, p: &ContextParams) -> ServiceResult<ContextOutcome> {
@@ -466,7 +475,7 @@ impl MemoryService {
             )));
         }
         let budget = budget as usize;
-        let (scored, timings) =
+        let (scored, timings, warnings) =
             self.recall(tenant, &p.search, self.context_candidates, self.context_candidates, usize::MAX).await?;
         let candidates: Vec<Candidate> = scored
             .iter()
@@ -496,7 +505,7 @@ impl MemoryService {
             shortened: packed.items.iter().filter(|i| i.shortened).count(),
             dropped_ids: packed.dropped_ids.clone(),
         };
-        Ok(ContextOutcome { context: packed.rendered, sections, usage, timings })
+        Ok(ContextOutcome { context: packed.rendered, sections, usage, timings, warnings })
     }
 }
 

@@ -1,9 +1,12 @@
 //! The memory service: what a request means, independent of HTTP. It decides
 //! tiers, embeds, and coordinates working memory (Redis) with the persistent
-//! store so that a batch is all or nothing and acknowledged only once
-//! committed.
+//! store: a batch's persistent part commits first with its working entries
+//! in an outbox, working memory is written after, and a batch is
+//! acknowledged only once both are done (`write`).
 
 use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
 
 use serde_json::Value;
 use uuid::Uuid;
@@ -117,8 +120,14 @@ impl MemoryService {
         Ok(out)
     }
 
-    /// Writes a batch: working memories to Redis, the rest in one
-    /// transaction; if either fails, nothing stays written.
+    /// Writes a batch: the persistent memories, the idempotency record and
+    /// the working-memory entries (in the outbox) in one transaction, then
+    /// the entries to working memory. A crash between the two leaves the
+    /// entries in the outbox: a retry with the same key writes them before
+    /// it replays the response, and the outbox job writes what is left
+    /// (`complete_staged`), so a batch is never half-written for good and a
+    /// retry never duplicates it. A working-only batch without a key has no
+    /// persistent half and goes to working memory directly.
     pub async fn write(
         &self,
         tenant: &str,
@@ -130,12 +139,16 @@ impl MemoryService {
         if let Some(key) = &idempotency
             && let Some(previous) = self.store.idempotent_response(tenant, &key.key, now).await?
         {
-            return replay(previous, key);
+            return self.replay(tenant, previous, key).await;
         }
         let memories = self.finish(drafts, pointer).await?;
 
         let (persistent_idx, working_idx): (Vec<usize>, Vec<usize>) =
             (0..memories.len()).partition(|&i| memories[i].tier != Tier::Working);
+        if !working_idx.is_empty() {
+            // Refused before anything commits while working memory is known down.
+            self.working.available()?;
+        }
         let texts = persistent_idx.iter().map(|&i| memories[i].content.clone()).collect();
         let embeddings = self.embed_one_each(tenant, texts).await?;
         let prepared: Vec<PreparedMemory> = persistent_idx
@@ -159,9 +172,6 @@ impl MemoryService {
             })
             .collect();
 
-        if !working.is_empty() {
-            self.working.append(tenant, &working, now).await?;
-        }
         let order = |persistent: &[WrittenMemory]| -> Vec<WrittenMemory> {
             let mut slots: Vec<Option<WrittenMemory>> = vec![None; memories.len()];
             for (&i, w) in persistent_idx.iter().zip(persistent) {
@@ -174,37 +184,77 @@ impl MemoryService {
         };
         let render = |persistent: &[WrittenMemory]| write_body(&order(persistent));
 
-        let outcome = if prepared.is_empty() && idempotency.is_none() {
-            WriteOutcome::Written(Vec::new())
-        } else {
-            match self.store.write(tenant, &prepared, idempotency.as_ref(), &render, now).await {
-                Ok(outcome) => outcome,
-                Err(e) => {
-                    self.undo_working(tenant, &working).await;
-                    return Err(e.into());
-                }
-            }
-        };
+        if prepared.is_empty() && idempotency.is_none() {
+            self.working.append(tenant, &working, now).await?;
+            return Ok(Written::Fresh(order(&[])));
+        }
+        let outcome = self.store.write_staging(tenant, &prepared, &working, idempotency.as_ref(), &render, now).await?;
         match outcome {
             WriteOutcome::Written(persistent) => {
                 for w in persistent.iter().filter(|w| w.memory.tier == Tier::Procedural) {
                     self.evict_skill(tenant, w.memory.id).await;
                 }
-                Ok(Written::Fresh(order(&persistent)))
+                let written = order(&persistent);
+                if !working.is_empty() {
+                    self.append_staged(tenant, working.clone(), now).await?;
+                }
+                Ok(Written::Fresh(written))
             }
             WriteOutcome::Replayed(previous) => {
-                self.undo_working(tenant, &working).await;
-                replay(previous, idempotency.as_ref().expect("replay implies a key"))
+                self.replay(tenant, previous, idempotency.as_ref().expect("replay implies a key")).await
             }
         }
     }
 
-    async fn undo_working(&self, tenant: &str, working: &[Memory]) {
-        if !working.is_empty()
-            && let Err(e) = self.working.remove(tenant, working).await
-        {
-            tracing::error!(error = %e, count = working.len(), "could not undo working-memory writes of a failed batch");
+    /// Writes committed entries to working memory and takes them out of the
+    /// outbox, in a task of its own: a request dropped meanwhile (a timeout,
+    /// a client gone) does not stop it halfway.
+    async fn append_staged(&self, tenant: &str, entries: Vec<Memory>, now: DateTime<Utc>) -> ServiceResult<()> {
+        let (working, store, tenant) = (self.working.clone(), self.store.clone(), tenant.to_string());
+        let task = tokio::spawn(async move {
+            working.append(&tenant, &entries, now).await?;
+            let ids: Vec<Uuid> = entries.iter().map(|m| m.id).collect();
+            store.unstage_working(&tenant, &ids).await
+        });
+        task.await.map_err(|e| StoreError::Internal(anyhow::Error::new(e).context("the working-memory task")))??;
+        Ok(())
+    }
+
+    /// The remembered response of a key, once the working-memory entries of
+    /// its batch a crash left in the outbox are written.
+    async fn replay(&self, tenant: &str, previous: StoredResponse, key: &IdempotencyKey) -> ServiceResult<Written> {
+        if previous.request_hash != key.request_hash {
+            return Err(ServiceError::IdempotencyKeyReused);
         }
+        let staged = self.store.staged_working(Some((tenant, &key.key)), self.clock.now(), usize::MAX >> 1).await?;
+        if !staged.is_empty() {
+            let entries = staged.into_iter().map(|s| s.memory).collect();
+            self.append_staged(tenant, entries, self.clock.now()).await?;
+        }
+        Ok(Written::Replayed { status: previous.status, body: previous.body })
+    }
+
+    /// Writes to working memory up to `limit` outbox entries staged at or
+    /// before `staged_before` (batches whose request crashed or failed
+    /// after the commit); returns how many. Entries already expired are
+    /// only taken out.
+    pub async fn complete_staged(&self, staged_before: DateTime<Utc>, limit: usize) -> ServiceResult<usize> {
+        let now = self.clock.now();
+        let staged = self.store.staged_working(None, staged_before, limit).await?;
+        let count = staged.len();
+        let mut by_tenant: std::collections::BTreeMap<String, Vec<Memory>> = Default::default();
+        for s in staged {
+            by_tenant.entry(s.tenant).or_default().push(s.memory);
+        }
+        for (tenant, entries) in by_tenant {
+            let (live, expired): (Vec<Memory>, Vec<Memory>) = entries.into_iter().partition(|m| !m.is_expired(now));
+            if !live.is_empty() {
+                self.append_staged(&tenant, live, now).await?;
+            }
+            let gone: Vec<Uuid> = expired.iter().map(|m| m.id).collect();
+            self.store.unstage_working(&tenant, &gone).await?;
+        }
+        Ok(count)
     }
 
     async fn evict_skill(&self, tenant: &str, id: Uuid) {
@@ -299,6 +349,10 @@ impl MemoryService {
         let redis_error = match self.working.get(tenant, id).await {
             Ok(Some(m)) => {
                 self.working.remove(tenant, std::slice::from_ref(&m)).await?;
+                // A crash may have left it in the outbox too: it must not come back.
+                if let Err(e) = self.store.unstage_working(tenant, &[id]).await {
+                    tracing::warn!(error = %e, %id, "could not take a deleted entry out of the outbox");
+                }
                 return Ok(());
             }
             Ok(None) => None,
@@ -324,11 +378,4 @@ impl MemoryService {
         }
         Ok(self.store.history(tenant, id, now).await?)
     }
-}
-
-fn replay(previous: StoredResponse, key: &IdempotencyKey) -> ServiceResult<Written> {
-    if previous.request_hash != key.request_hash {
-        return Err(ServiceError::IdempotencyKeyReused);
-    }
-    Ok(Written::Replayed { status: previous.status, body: previous.body })
 }

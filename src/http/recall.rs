@@ -72,6 +72,10 @@ pub struct SearchResponse {
     /// Best first.
     pub results: Vec<ScoredMemoryResponse>,
     pub timings: Timings,
+    /// What the response left out: `working_memory_unavailable` when the
+    /// session's working memory could not be read (Redis down) and the
+    /// results come from the persistent tiers only. Empty otherwise.
+    pub warnings: Vec<String>,
 }
 
 /// Assemble a token-budgeted context for a prompt.
@@ -115,6 +119,10 @@ pub struct ContextResponse {
     pub sections: BTreeMap<Tier, Vec<PackedItem>>,
     pub usage: ContextUsage,
     pub timings: Timings,
+    /// What the response left out: `working_memory_unavailable` when the
+    /// session's working memory could not be read (Redis down) and the
+    /// results come from the persistent tiers only. Empty otherwise.
+    pub warnings: Vec<String>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -223,7 +231,7 @@ pub async fn search_memories(
     )?;
     let outcome = state.service.search(&tenant, &params).await?;
     let results = outcome.results.into_iter().map(ScoredMemoryResponse::from).collect();
-    Ok(Json(SearchResponse { results, timings: outcome.timings }))
+    Ok(Json(SearchResponse { results, timings: outcome.timings, warnings: outcome.warnings }))
 }
 
 /// Build a context block that fits a token budget.
@@ -299,5 +307,6 @@ pub async fn build_context(
         sections: outcome.sections,
         usage: outcome.usage,
         timings: outcome.timings,
+        warnings: outcome.warnings,
     }))
 }

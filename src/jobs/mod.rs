@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod maintenance;
+pub mod outbox;
 pub mod reembed;
 pub mod retention;
 
@@ -29,6 +30,10 @@ pub fn spawn_all(tracker: &TaskTracker, app: &mut App, shutdown: CancellationTok
         partitions_ahead_months: app.config.database.partitions_ahead_months,
     };
     tracker.spawn(job.run(std::time::Duration::from_secs(6 * 3600), shutdown.clone()));
+    if app.config.redis.outbox_interval_secs > 0 {
+        let job = outbox::Outbox { service: app.state.service.clone() };
+        tracker.spawn(job.run(std::time::Duration::from_secs(app.config.redis.outbox_interval_secs), shutdown.clone()));
+    }
     if app.config.retention.sweep_interval_secs > 0 {
         let every = std::time::Duration::from_secs(app.config.retention.sweep_interval_secs);
         tracker.spawn(app.state.retention.clone().run(every, shutdown.clone()));

@@ -14,6 +14,7 @@
 //! `Erasure` capability (everything of one user or tenant, from every store)
 //! comes next this way.
 
+pub mod breaker;
 pub mod postgres;
 pub mod redis;
 pub mod sqlite;
@@ -137,6 +138,23 @@ pub struct StoredMemory {
 pub struct Embedding {
     pub model: String,
     pub vector: Vec<f32>,
+}
+
+/// A working-memory entry of a committed batch, from the outbox.
+#[derive(Debug, Clone)]
+pub struct Staged {
+    pub tenant: String,
+    pub memory: Memory,
+}
+
+/// Outbox rows (tenant, entry JSON) as `Staged`.
+fn parse_staged(rows: Vec<(String, String)>) -> StoreResult<Vec<Staged>> {
+    rows.into_iter()
+        .map(|(tenant, entry)| {
+            let memory = serde_json::from_str(&entry).map_err(|e| StoreError::Internal(e.into()))?;
+            Ok(Staged { tenant, memory })
+        })
+        .collect()
 }
 
 /// An `Idempotency-Key` and the hash of the request body it came with.
@@ -297,8 +315,36 @@ pub trait MemoryStore: Send + Sync {
         render: RenderResponse<'_>,
         now: DateTime<Utc>,
     ) -> StoreResult<WriteOutcome> {
-        write::write_batch(self.begin().await?, tenant, items, idempotency, render, now).await
+        self.write_staging(tenant, items, &[], idempotency, render, now).await
     }
+
+    /// `write`, with the batch's working-memory entries recorded in the
+    /// outbox in the same transaction (written to working memory after the
+    /// commit by the caller, or later from the outbox).
+    async fn write_staging(
+        &self,
+        tenant: &str,
+        items: &[PreparedMemory],
+        working: &[Memory],
+        idempotency: Option<&IdempotencyKey>,
+        render: RenderResponse<'_>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<WriteOutcome> {
+        write::write_batch(self.begin().await?, tenant, items, working, idempotency, render, now).await
+    }
+
+    /// Working-memory entries still in the outbox, oldest first, at most
+    /// `limit`: those of one tenant's idempotency key when `key` is given,
+    /// else those of any tenant staged at or before `staged_before`.
+    async fn staged_working(
+        &self,
+        key: Option<(&str, &str)>,
+        staged_before: DateTime<Utc>,
+        limit: usize,
+    ) -> StoreResult<Vec<Staged>>;
+
+    /// Takes entries out of the outbox (written to working memory, or deleted).
+    async fn unstage_working(&self, tenant: &str, ids: &[Uuid]) -> StoreResult<()>;
 
     /// A live (not expired) memory by id.
     async fn get(&self, tenant: &str, id: Uuid, now: DateTime<Utc>) -> StoreResult<Memory>;
@@ -375,6 +421,11 @@ pub trait MemoryStore: Send + Sync {
 #[async_trait]
 pub trait WorkingMemory: Send + Sync {
     async fn ping(&self) -> StoreResult<()>;
+    /// Fails at once with `Unavailable` while working memory is known to be
+    /// down (Redis's circuit breaker is open); asks nothing.
+    fn available(&self) -> StoreResult<()> {
+        Ok(())
+    }
     /// Appends entries to their sessions.
     async fn append(&self, tenant: &str, items: &[Memory], now: DateTime<Utc>) -> StoreResult<()>;
     /// Removes entries (undo of a failed batch, or a delete).

@@ -9,8 +9,10 @@
 //! ids and the entries pushed out are deleted. Every command is single-key or
 //! pipelined per key, so the layout also works on Redis Cluster.
 //!
-//! When Redis cannot be reached, calls fail fast with `Unavailable` and the
-//! HTTP layer answers 503 with Retry-After; nothing here blocks the
+//! When Redis cannot be reached, calls fail with `Unavailable` and the HTTP
+//! layer answers 503 with Retry-After. Request-path calls go through a
+//! circuit breaker (`breaker.rs`), so once Redis is known down they fail at
+//! once instead of waiting the command timeout: nothing here slows the
 //! persistent tiers.
 
 use std::time::Duration;
@@ -21,14 +23,20 @@ use fred::prelude::*;
 use fred::types::Expiration;
 use uuid::Uuid;
 
+use super::breaker::Breaker;
 use super::{Doomed, SkillCache, StoreError, StoreResult, WorkingMemory};
 use crate::config::RedisConfig;
 use crate::domain::Memory;
 
-/// RPUSH the ids, stretch the list's TTL to the longest entry's, and pop
-/// (returning) what exceeds the bound. ARGV: ttl seconds, max length, ids...
+/// RPUSH the ids the list does not hold yet (an entry written again, from
+/// the outbox, keeps its place), stretch the list's TTL to the longest
+/// entry's, and pop (returning) what exceeds the bound. ARGV: ttl seconds,
+/// max length, ids...
 const APPEND_SCRIPT: &str = r#"
-local n = redis.call('RPUSH', KEYS[1], unpack(ARGV, 3))
+local n = redis.call('LLEN', KEYS[1])
+for i = 3, #ARGV do
+  if not redis.call('LPOS', KEYS[1], ARGV[i]) then n = redis.call('RPUSH', KEYS[1], ARGV[i]) end
+end
 local ttl = redis.call('TTL', KEYS[1])
 if ttl < tonumber(ARGV[1]) then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
 local max = tonumber(ARGV[2])
@@ -46,6 +54,9 @@ pub struct RedisStore {
     retry_after_secs: u64,
     /// Per-command timeout (also bounds each step of a SCAN).
     timeout: Duration,
+    /// Shared by every clone: request-path calls fail at once while Redis
+    /// is known down (`breaker.rs`).
+    breaker: std::sync::Arc<Breaker>,
 }
 
 /// Escapes `%` and `:` so key components cannot run into each other.
@@ -80,6 +91,10 @@ impl RedisStore {
             skill_ttl_secs: config.procedural_cache_ttl_secs as i64,
             retry_after_secs: config.retry_after_secs,
             timeout,
+            breaker: std::sync::Arc::new(Breaker::new(
+                config.breaker_failures,
+                Duration::from_millis(config.breaker_cooldown_ms),
+            )),
         })
     }
 
@@ -101,6 +116,27 @@ impl RedisStore {
 
     fn unavailable(&self, e: fred::error::Error) -> StoreError {
         StoreError::Unavailable { what: "working memory", retry_after_secs: self.retry_after_secs, source: e.into() }
+    }
+
+    /// The error of a call the open breaker refused.
+    fn refused(&self) -> StoreError {
+        self.unavailable(fred::error::Error::new(fred::error::ErrorKind::Unknown, "circuit breaker open"))
+    }
+
+    /// Runs a request-path call through the breaker: refused at once while
+    /// it is open; an `Unavailable` answer counts as a failure.
+    async fn guarded<T>(&self, call: impl std::future::Future<Output = StoreResult<T>>) -> StoreResult<T> {
+        let Some(permit) = self.breaker.admit() else { return Err(self.refused()) };
+        let result = call.await;
+        match &result {
+            Err(StoreError::Unavailable { .. }) => permit.failure(),
+            _ => permit.success(),
+        }
+        result
+    }
+
+    fn skill_ttl(&self) -> Duration {
+        Duration::from_secs(self.skill_ttl_secs.max(1) as u64)
     }
 
     fn observe(op: &'static str, started: std::time::Instant) {
@@ -241,118 +277,163 @@ fn glob_escape(s: &str) -> String {
 
 #[async_trait]
 impl WorkingMemory for RedisStore {
+    fn available(&self) -> StoreResult<()> {
+        if self.breaker.is_open() { Err(self.refused()) } else { Ok(()) }
+    }
+
     async fn ping(&self) -> StoreResult<()> {
-        let _: String = self.pool.ping(None).await.map_err(|e| self.unavailable(e))?;
-        Ok(())
+        self.guarded(async {
+            let _: String = self.pool.ping(None).await.map_err(|e| self.unavailable(e))?;
+            Ok(())
+        })
+        .await
     }
 
     async fn append(&self, tenant: &str, items: &[Memory], now: DateTime<Utc>) -> StoreResult<()> {
-        let started = std::time::Instant::now();
-        // Entries first, then the session lists that point at them.
-        let pipeline = self.pool.next().pipeline();
-        for m in items {
-            let json = serde_json::to_string(m).map_err(|e| StoreError::Internal(e.into()))?;
-            let expire = Self::ttl_secs(m.expires_at, now).map(Expiration::EX);
-            let _: () = pipeline
-                .set(self.item_key(tenant, m.id), json, expire, None, false)
-                .await
-                .map_err(|e| self.unavailable(e))?;
-        }
-        let _: Vec<Value> = pipeline.all().await.map_err(|e| self.unavailable(e))?;
+        self.guarded(async {
+            let started = std::time::Instant::now();
+            // Entries first, then the session lists that point at them.
+            let pipeline = self.pool.next().pipeline();
+            for m in items {
+                let json = serde_json::to_string(m).map_err(|e| StoreError::Internal(e.into()))?;
+                let expire = Self::ttl_secs(m.expires_at, now).map(Expiration::EX);
+                let _: () = pipeline
+                    .set(self.item_key(tenant, m.id), json, expire, None, false)
+                    .await
+                    .map_err(|e| self.unavailable(e))?;
+            }
+            let _: Vec<Value> = pipeline.all().await.map_err(|e| self.unavailable(e))?;
 
-        let mut sessions: Vec<(String, i64, Vec<String>)> = Vec::new();
-        for m in items {
-            let key = self.session_key(tenant, &m.agent_id, m.session_id.as_deref().unwrap_or_default());
-            let ttl = Self::ttl_secs(m.expires_at, now).unwrap_or(i64::MAX / 2);
-            match sessions.iter_mut().find(|(k, _, _)| *k == key) {
-                Some((_, t, ids)) => {
-                    *t = (*t).max(ttl);
-                    ids.push(m.id.to_string());
-                }
-                None => sessions.push((key, ttl, vec![m.id.to_string()])),
-            }
-        }
-        for (key, ttl, ids) in sessions {
-            let mut args = vec![ttl.to_string(), self.max_entries.to_string()];
-            args.extend(ids);
-            let evicted: Vec<String> =
-                self.pool.eval(APPEND_SCRIPT, vec![key], args).await.map_err(|e| self.unavailable(e))?;
-            for id in evicted {
-                if let Ok(id) = id.parse::<Uuid>() {
-                    let _: i64 = self.pool.del(self.item_key(tenant, id)).await.map_err(|e| self.unavailable(e))?;
+            let mut sessions: Vec<(String, i64, Vec<String>)> = Vec::new();
+            for m in items {
+                let key = self.session_key(tenant, &m.agent_id, m.session_id.as_deref().unwrap_or_default());
+                let ttl = Self::ttl_secs(m.expires_at, now).unwrap_or(i64::MAX / 2);
+                match sessions.iter_mut().find(|(k, _, _)| *k == key) {
+                    Some((_, t, ids)) => {
+                        *t = (*t).max(ttl);
+                        ids.push(m.id.to_string());
+                    }
+                    None => sessions.push((key, ttl, vec![m.id.to_string()])),
                 }
             }
-        }
-        Self::observe("append", started);
-        Ok(())
+            for (key, ttl, ids) in sessions {
+                let mut args = vec![ttl.to_string(), self.max_entries.to_string()];
+                args.extend(ids);
+                let evicted: Vec<String> =
+                    self.pool.eval(APPEND_SCRIPT, vec![key], args).await.map_err(|e| self.unavailable(e))?;
+                for id in evicted {
+                    if let Ok(id) = id.parse::<Uuid>() {
+                        let _: i64 = self.pool.del(self.item_key(tenant, id)).await.map_err(|e| self.unavailable(e))?;
+                    }
+                }
+            }
+            Self::observe("append", started);
+            Ok(())
+        })
+        .await
     }
 
     async fn remove(&self, tenant: &str, items: &[Memory]) -> StoreResult<()> {
-        let started = std::time::Instant::now();
-        for m in items {
-            let _: i64 = self.pool.del(self.item_key(tenant, m.id)).await.map_err(|e| self.unavailable(e))?;
-            let key = self.session_key(tenant, &m.agent_id, m.session_id.as_deref().unwrap_or_default());
-            let _: i64 = self.pool.lrem(key, 0, m.id.to_string()).await.map_err(|e| self.unavailable(e))?;
-        }
-        Self::observe("remove", started);
-        Ok(())
+        self.guarded(async {
+            let started = std::time::Instant::now();
+            for m in items {
+                let _: i64 = self.pool.del(self.item_key(tenant, m.id)).await.map_err(|e| self.unavailable(e))?;
+                let key = self.session_key(tenant, &m.agent_id, m.session_id.as_deref().unwrap_or_default());
+                let _: i64 = self.pool.lrem(key, 0, m.id.to_string()).await.map_err(|e| self.unavailable(e))?;
+            }
+            Self::observe("remove", started);
+            Ok(())
+        })
+        .await
     }
 
     async fn get(&self, tenant: &str, id: Uuid) -> StoreResult<Option<Memory>> {
-        let started = std::time::Instant::now();
-        let found = self.get_json(self.item_key(tenant, id)).await?;
-        Self::observe("get", started);
-        Ok(found)
+        self.guarded(async {
+            let started = std::time::Instant::now();
+            let found = self.get_json(self.item_key(tenant, id)).await?;
+            Self::observe("get", started);
+            Ok(found)
+        })
+        .await
     }
 
     async fn session(&self, tenant: &str, agent_id: &str, session_id: &str) -> StoreResult<Vec<Memory>> {
-        let started = std::time::Instant::now();
-        let ids: Vec<String> = self
-            .pool
-            .lrange(self.session_key(tenant, agent_id, session_id), 0, -1)
-            .await
-            .map_err(|e| self.unavailable(e))?;
-        let keys = ids.iter().filter_map(|id| id.parse::<Uuid>().ok()).map(|id| self.item_key(tenant, id)).collect();
-        let raws = self.get_many(keys).await?;
-        let mut out = Vec::with_capacity(raws.len());
-        for raw in raws.into_iter().flatten() {
-            out.push(serde_json::from_str(&raw).map_err(|e| StoreError::Internal(e.into()))?);
-        }
-        Self::observe("session", started);
-        Ok(out)
+        self.guarded(async {
+            let started = std::time::Instant::now();
+            let ids: Vec<String> = self
+                .pool
+                .lrange(self.session_key(tenant, agent_id, session_id), 0, -1)
+                .await
+                .map_err(|e| self.unavailable(e))?;
+            let keys =
+                ids.iter().filter_map(|id| id.parse::<Uuid>().ok()).map(|id| self.item_key(tenant, id)).collect();
+            let raws = self.get_many(keys).await?;
+            let mut out = Vec::with_capacity(raws.len());
+            for raw in raws.into_iter().flatten() {
+                out.push(serde_json::from_str(&raw).map_err(|e| StoreError::Internal(e.into()))?);
+            }
+            Self::observe("session", started);
+            Ok(out)
+        })
+        .await
     }
 
     async fn replace(&self, tenant: &str, memory: &Memory, now: DateTime<Utc>) -> StoreResult<()> {
-        let json = serde_json::to_string(memory).map_err(|e| StoreError::Internal(e.into()))?;
-        let expire = Self::ttl_secs(memory.expires_at, now).map(Expiration::EX);
-        let _: () = self
-            .pool
-            .set(self.item_key(tenant, memory.id), json, expire, None, false)
-            .await
-            .map_err(|e| self.unavailable(e))?;
-        Ok(())
+        self.guarded(async {
+            let json = serde_json::to_string(memory).map_err(|e| StoreError::Internal(e.into()))?;
+            let expire = Self::ttl_secs(memory.expires_at, now).map(Expiration::EX);
+            let _: () = self
+                .pool
+                .set(self.item_key(tenant, memory.id), json, expire, None, false)
+                .await
+                .map_err(|e| self.unavailable(e))?;
+            Ok(())
+        })
+        .await
     }
 }
 
 #[async_trait]
 impl SkillCache for RedisStore {
+    /// Misses while the breaker says Redis was in trouble within a skill's
+    /// time to live: an eviction may have failed then, and an entry cached
+    /// before it may be older than the database. Every entry cached before
+    /// the trouble has expired once the window ends.
     async fn get(&self, tenant: &str, id: Uuid) -> StoreResult<Option<Memory>> {
-        self.get_json(self.skill_key(tenant, id)).await
+        if self.breaker.troubled_within(self.skill_ttl()) {
+            return Ok(None);
+        }
+        self.guarded(self.get_json(self.skill_key(tenant, id))).await
     }
 
     async fn put(&self, tenant: &str, memory: &Memory) -> StoreResult<()> {
+        if self.breaker.troubled_within(self.skill_ttl()) {
+            return Ok(());
+        }
         let json = serde_json::to_string(memory).map_err(|e| StoreError::Internal(e.into()))?;
-        let _: () = self
-            .pool
-            .set(self.skill_key(tenant, memory.id), json, Some(Expiration::EX(self.skill_ttl_secs.max(1))), None, false)
-            .await
-            .map_err(|e| self.unavailable(e))?;
-        Ok(())
+        self.guarded(async {
+            let _: () = self
+                .pool
+                .set(
+                    self.skill_key(tenant, memory.id),
+                    json,
+                    Some(Expiration::EX(self.skill_ttl_secs.max(1))),
+                    None,
+                    false,
+                )
+                .await
+                .map_err(|e| self.unavailable(e))?;
+            Ok(())
+        })
+        .await
     }
 
     async fn evict(&self, tenant: &str, id: Uuid) -> StoreResult<()> {
-        let _: i64 = self.pool.del(self.skill_key(tenant, id)).await.map_err(|e| self.unavailable(e))?;
-        Ok(())
+        self.guarded(async {
+            let _: i64 = self.pool.del(self.skill_key(tenant, id)).await.map_err(|e| self.unavailable(e))?;
+            Ok(())
+        })
+        .await
     }
 }
 

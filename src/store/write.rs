@@ -100,6 +100,17 @@ pub trait WriteTx: Send {
     /// Deletes a row; returns its tier if it existed.
     async fn delete(&mut self, tenant: &str, id: Uuid) -> StoreResult<Option<Tier>>;
 
+    /// Records working-memory entries of the batch in the outbox, with the
+    /// batch's idempotency key: they commit with the batch and are written
+    /// to working memory after it (`MemoryStore::staged_working`).
+    async fn stage_working(
+        &mut self,
+        tenant: &str,
+        key: Option<&str>,
+        entries: &[Memory],
+        now: DateTime<Utc>,
+    ) -> StoreResult<()>;
+
     /// Commits. Once this is called, what the transaction did reaches every
     /// index and cache of the backend even if the caller is dropped.
     async fn commit(self: Box<Self>) -> StoreResult<()>;
@@ -143,11 +154,13 @@ fn lock_keys(tenant: &str, items: &[PreparedMemory]) -> Vec<String> {
 }
 
 /// Writes a batch in one transaction, all or nothing, and remembers the
-/// response under the idempotency key in the same transaction.
+/// response under the idempotency key and the batch's working-memory
+/// entries (`working`, for the outbox) in the same transaction.
 pub async fn write_batch(
     mut tx: Box<dyn WriteTx>,
     tenant: &str,
     items: &[PreparedMemory],
+    working: &[Memory],
     idempotency: Option<&IdempotencyKey>,
     render: RenderResponse<'_>,
     now: DateTime<Utc>,
@@ -164,6 +177,9 @@ pub async fn write_batch(
     let mut written = Vec::with_capacity(items.len());
     for p in items {
         written.push(write_one(tx.as_mut(), tenant, p, now).await?);
+    }
+    if !working.is_empty() {
+        tx.stage_working(tenant, idempotency.map(|k| k.key.as_str()), working, now).await?;
     }
     if let Some(key) = idempotency {
         tx.save_response(tenant, &key.key, 201, &render(&written), now).await?;

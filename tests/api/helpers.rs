@@ -47,6 +47,8 @@ pub struct TestApp {
     pub store: Arc<dyn MemoryStore>,
     /// The retention sweep, run by tests with `run_once`.
     pub retention: Arc<RetentionSweep>,
+    /// The service, for jobs tests run with `run_once` (the outbox).
+    pub service: Arc<engram::service::MemoryService>,
     pub config: Config,
     /// Bearer key sent with every request, when the app has keys.
     pub api_key: Option<String>,
@@ -141,11 +143,23 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
     let storage = app.storage.clone();
     let store = app.state.service.store.clone();
     let retention = app.state.retention.clone();
+    let service = app.state.service.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let shutdown = CancellationToken::new();
     tokio::spawn(engram::app::run(listener, app, shutdown.clone()));
-    TestApp { base, client: reqwest::Client::new(), clock, storage, store, retention, config, api_key: None, shutdown }
+    TestApp {
+        base,
+        client: reqwest::Client::new(),
+        clock,
+        storage,
+        store,
+        retention,
+        service,
+        config,
+        api_key: None,
+        shutdown,
+    }
 }
 
 impl TestApp {
@@ -174,6 +188,7 @@ impl TestApp {
             storage: self.storage.clone(),
             store: self.store.clone(),
             retention: self.retention.clone(),
+            service: self.service.clone(),
             config: self.config.clone(),
             api_key: Some(key.to_string()),
             // A second handle must not stop the server when dropped.
@@ -252,4 +267,81 @@ impl ManualClock {
     pub fn now_plus(&self, by: Duration) -> DateTime<Utc> {
         *self.0.lock().unwrap() + by
     }
+}
+
+/// A redis-server of a test's own on a free loopback port, for tests that
+/// stop and start Redis (the shared one must never be stopped). Its data
+/// directory keeps a snapshot across a restart when the test saves one.
+pub struct OwnRedis {
+    pub port: u16,
+    dir: std::path::PathBuf,
+    child: Option<std::process::Child>,
+}
+
+impl OwnRedis {
+    pub fn start() -> OwnRedis {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let dir = std::env::temp_dir().join(format!("engram-redis-{}", Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut r = OwnRedis { port, dir, child: None };
+        r.resume();
+        r
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn cli(&self, args: &[&str]) -> bool {
+        std::process::Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .is_ok_and(|o| o.status.success() && !String::from_utf8_lossy(&o.stdout).contains("ERR"))
+    }
+
+    /// Writes a snapshot that the next start loads.
+    pub fn save(&self) {
+        assert!(self.cli(&["save"]), "redis SAVE");
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    /// Starts it again (with the last saved snapshot) and waits until it answers.
+    pub fn resume(&mut self) {
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH");
+        self.child = Some(child);
+        for _ in 0..100 {
+            if self.cli(&["ping"]) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("redis-server did not start on port {}", self.port);
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// POSTs a JSON body; returns the status and the JSON answer.
+pub async fn post_json(app: &TestApp, path: &str, body: &Value) -> (StatusCode, Value) {
+    let r = app.post(path, body).await;
+    let status = r.status();
+    (status, r.json().await.unwrap_or(Value::Null))
 }

@@ -4,7 +4,7 @@
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::helpers::{expect_error, spawn_app_with};
+use crate::helpers::{OwnRedis, expect_error, spawn_app_with};
 
 #[tokio::test]
 async fn a_session_keeps_its_newest_entries_in_order() {
@@ -62,4 +62,144 @@ async fn with_redis_down_working_memory_is_503_and_the_rest_keeps_serving() {
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(ready["checks"]["database"], "ok");
     assert_ne!(ready["checks"]["working_memory"], "ok");
+}
+
+/// An app on a Redis of its own (Postgres backend only: the embedded one has no Redis).
+async fn app_on_own_redis(redis: &OwnRedis) -> Option<crate::helpers::TestApp> {
+    let url = redis.url();
+    let app = spawn_app_with(|c| {
+        c.redis.url = url;
+        c.redis.breaker_cooldown_ms = 300;
+    })
+    .await;
+    app.postgres_only("Redis").is_some().then_some(app)
+}
+
+#[tokio::test]
+async fn a_batch_committed_before_redis_failed_is_completed_once_by_its_retry_or_the_outbox() {
+    let mut redis = OwnRedis::start();
+    let Some(app) = app_on_own_redis(&redis).await else { return };
+    let batch = |n: &str| {
+        json!({"memories": [
+            {"agent_id": "o", "session_id": "s", "tier": "working", "content": format!("working {n}")},
+            {"agent_id": "o", "tier": "episodic", "content": format!("episode {n}")},
+        ]})
+    };
+    // Redis fails after the batch passed the breaker: the persistent part
+    // commits, working memory is not written, the client gets no 201.
+    redis.stop();
+    for (n, key) in [("a", "key-a"), ("b", "key-b")] {
+        let r = app
+            .client
+            .post(format!("{}/v1/memories", app.base))
+            .header("idempotency-key", key)
+            .json(&batch(n))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE, "{n}");
+        tokio::time::sleep(std::time::Duration::from_millis(400)).await; // let the breaker probe again
+    }
+    redis.resume();
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+
+    // Batch a: the retry with its key writes the working entry, once.
+    let retried = app
+        .client
+        .post(format!("{}/v1/memories", app.base))
+        .header("idempotency-key", "key-a")
+        .json(&batch("a"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(retried.status(), StatusCode::CREATED);
+    let again = app
+        .client
+        .post(format!("{}/v1/memories", app.base))
+        .header("idempotency-key", "key-a")
+        .json(&batch("a"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), StatusCode::CREATED);
+    // Batch b: nobody retries; the outbox job writes its working entry.
+    app.clock.advance(chrono::Duration::seconds(30));
+    let outbox = engram::jobs::outbox::Outbox { service: app.service.clone() };
+    assert_eq!(outbox.run_once().await.unwrap(), 1);
+    assert_eq!(outbox.run_once().await.unwrap(), 0);
+
+    let contents = |listed: &serde_json::Value| {
+        let mut c: Vec<String> =
+            listed["memories"].as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap().to_string()).collect();
+        c.sort();
+        c
+    };
+    let (_, working) = app.get_json("/v1/memories?agent_id=o&session_id=s&tier=working&limit=50").await;
+    assert_eq!(contents(&working), ["working a", "working b"]);
+    let (_, episodes) = app.get_json("/v1/memories?agent_id=o&tier=episodic&limit=50").await;
+    assert_eq!(contents(&episodes), ["episode a", "episode b"]);
+}
+
+#[tokio::test]
+async fn a_skill_updated_while_redis_was_down_is_never_served_stale_from_its_old_data() {
+    let mut redis = OwnRedis::start();
+    let Some(app) = app_on_own_redis(&redis).await else { return };
+    let skill = app.write_one(json!({"agent_id": "k", "skill_name": "brew", "content": "old recipe"})).await;
+    let path = format!("/v1/memories/{}", skill["id"].as_str().unwrap());
+    let (_, got) = app.get_json(&path).await; // cached now
+    assert_eq!(got["content"], "old recipe");
+    redis.save();
+    redis.stop();
+    let r = app.patch(&path, &json!({"content": "new recipe"})).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    // Redis comes back with the cached old skill.
+    redis.resume();
+    for _ in 0..10 {
+        let (status, got) = app.get_json(&path).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(got["content"], "new recipe");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn while_redis_is_down_reads_fail_fast_searches_say_so_and_recovery_needs_no_restart() {
+    let mut redis = OwnRedis::start();
+    let Some(app) = app_on_own_redis(&redis).await else { return };
+    let m = app.write_one(json!({"agent_id": "f", "tier": "episodic", "content": "the kettle is blue"})).await;
+    let path = format!("/v1/memories/{}", m["id"].as_str().unwrap());
+    redis.stop();
+    // Each read would wait the 1 s Redis timeout without the breaker.
+    let started = std::time::Instant::now();
+    for _ in 0..20 {
+        let (status, got) = app.get_json(&path).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(got["content"], "the kettle is blue");
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+    let search = json!({"agent_id": "f", "session_id": "s", "query": "kettle colour"});
+    let (status, found) = crate::helpers::post_json(&app, "/v1/memories/search", &search).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(found["warnings"], json!(["working_memory_unavailable"]));
+    assert_eq!(found["results"][0]["memory"]["content"], "the kettle is blue", "{found}");
+
+    redis.resume();
+    let mut written = None;
+    for _ in 0..50 {
+        let r = app
+            .post(
+                "/v1/memories",
+                &json!({"agent_id": "f", "session_id": "s", "tier": "working", "content": "kettle on"}),
+            )
+            .await;
+        if r.status() == StatusCode::CREATED {
+            written = Some(r);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(written.is_some(), "working memory is written again once Redis is back");
+    let (_, found) = crate::helpers::post_json(&app, "/v1/memories/search", &search).await;
+    assert_eq!(found["warnings"], json!([]));
+    assert!(found["results"].as_array().unwrap().iter().any(|r| r["memory"]["content"] == "kettle on"), "{found}");
 }

@@ -15,7 +15,8 @@ use super::{PgStore, observe, store_error};
 use crate::domain::{Memory, Tier};
 use crate::store::write::WriteTx;
 use crate::store::{
-    Adjacent, ListFilter, MemoryStore, PendingVector, SearchHits, SearchQuery, StoreError, StoreResult, StoredResponse,
+    Adjacent, ListFilter, MemoryStore, PendingVector, SearchHits, SearchQuery, Staged, StoreError, StoreResult,
+    StoredResponse,
 };
 
 fn live(now_param: usize) -> String {
@@ -100,6 +101,45 @@ impl MemoryStore for PgStore {
         Ok(row
             .filter(|(_, _, _, created)| *created > now - self.idempotency_ttl)
             .map(|(request_hash, status, body, _)| StoredResponse { request_hash, status: status as u16, body }))
+    }
+
+    async fn staged_working(
+        &self,
+        key: Option<(&str, &str)>,
+        staged_before: DateTime<Utc>,
+        limit: usize,
+    ) -> StoreResult<Vec<Staged>> {
+        let rows: Vec<(String, String)> = match key {
+            Some((tenant, key)) => sqlx::query_as(
+                "SELECT tenant_id, entry FROM working_outbox WHERE tenant_id = $1 AND idempotency_key = $2 \
+                 ORDER BY created_at, id LIMIT $3",
+            )
+            .bind(tenant)
+            .bind(key)
+            .bind(limit as i64),
+            None => sqlx::query_as(
+                "SELECT tenant_id, entry FROM working_outbox WHERE created_at <= $1 ORDER BY created_at, id LIMIT $2",
+            )
+            .bind(staged_before)
+            .bind(limit as i64),
+        }
+        .fetch_all(&self.pool)
+        .await
+        .map_err(store_error)?;
+        crate::store::parse_staged(rows)
+    }
+
+    async fn unstage_working(&self, tenant: &str, ids: &[Uuid]) -> StoreResult<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        sqlx::query("DELETE FROM working_outbox WHERE tenant_id = $1 AND id = ANY($2)")
+            .bind(tenant)
+            .bind(ids)
+            .execute(&self.pool)
+            .await
+            .map_err(store_error)?;
+        Ok(())
     }
 
     async fn begin(&self) -> StoreResult<Box<dyn WriteTx>> {

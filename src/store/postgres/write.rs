@@ -281,6 +281,31 @@ impl WriteTx for PgTx {
         Ok(tier.as_deref().and_then(Tier::parse))
     }
 
+    async fn stage_working(
+        &mut self,
+        tenant: &str,
+        key: Option<&str>,
+        entries: &[Memory],
+        now: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        for m in entries {
+            let entry = serde_json::to_string(m).map_err(|e| crate::store::StoreError::Internal(e.into()))?;
+            sqlx::query(
+                "INSERT INTO working_outbox (tenant_id, id, idempotency_key, entry, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, $5)",
+            )
+            .bind(tenant)
+            .bind(m.id)
+            .bind(key)
+            .bind(entry)
+            .bind(now)
+            .execute(&mut *self.tx)
+            .await
+            .map_err(store_error)?;
+        }
+        Ok(())
+    }
+
     async fn commit(self: Box<Self>) -> StoreResult<()> {
         let PgTx { tx, started, .. } = *self;
         tx.commit().await.map_err(store_error)?;

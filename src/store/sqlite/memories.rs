@@ -18,7 +18,8 @@ use super::{SqliteStore, micros, observe, store_error};
 use crate::domain::{Memory, Tier};
 use crate::store::write::WriteTx;
 use crate::store::{
-    Adjacent, ListFilter, MemoryStore, PendingVector, SearchHits, SearchQuery, StoreError, StoreResult, StoredResponse,
+    Adjacent, ListFilter, MemoryStore, PendingVector, SearchHits, SearchQuery, Staged, StoreError, StoreResult,
+    StoredResponse,
 };
 
 /// `(expires_at is null or expires_at > ?)` for the row alias `m`.
@@ -152,6 +153,50 @@ impl MemoryStore for SqliteStore {
             Ok(StoredResponse { request_hash, status: status as u16, body })
         })
         .transpose()
+    }
+
+    async fn staged_working(
+        &self,
+        key: Option<(&str, &str)>,
+        staged_before: DateTime<Utc>,
+        limit: usize,
+    ) -> StoreResult<Vec<Staged>> {
+        let rows: Vec<(String, String)> = match key {
+            Some((tenant, key)) => sqlx::query_as(
+                "select tenant_id, entry from working_outbox where tenant_id = ? and idempotency_key = ? \
+                 order by created_at, id limit ?",
+            )
+            .bind(tenant)
+            .bind(key)
+            .bind(limit as i64),
+            None => sqlx::query_as(
+                "select tenant_id, entry from working_outbox where created_at <= ? order by created_at, id limit ?",
+            )
+            .bind(micros(staged_before))
+            .bind(limit as i64),
+        }
+        .fetch_all(&self.inner.pool)
+        .await
+        .map_err(store_error)?;
+        crate::store::parse_staged(rows)
+    }
+
+    async fn unstage_working(&self, tenant: &str, ids: &[Uuid]) -> StoreResult<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let _gate = self.inner.write_gate.lock().await;
+        let mut tx = self.inner.pool.begin().await.map_err(store_error)?;
+        for id in ids {
+            sqlx::query("delete from working_outbox where tenant_id = ? and id = ?")
+                .bind(tenant)
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(store_error)?;
+        }
+        tx.commit().await.map_err(store_error)?;
+        Ok(())
     }
 
     async fn begin(&self) -> StoreResult<Box<dyn WriteTx>> {

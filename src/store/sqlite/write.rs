@@ -284,6 +284,30 @@ impl WriteTx for SqliteTx {
         Ok(tier.as_deref().and_then(Tier::parse))
     }
 
+    async fn stage_working(
+        &mut self,
+        tenant: &str,
+        key: Option<&str>,
+        entries: &[Memory],
+        now: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        for m in entries {
+            sqlx::query(
+                "insert into working_outbox (tenant_id, id, idempotency_key, entry, created_at, updated_at) \
+                 values (?1, ?2, ?3, ?4, ?5, ?5)",
+            )
+            .bind(tenant)
+            .bind(m.id)
+            .bind(key)
+            .bind(to_json_text(m)?)
+            .bind(micros(now))
+            .execute(&mut *self.tx)
+            .await
+            .map_err(store_error)?;
+        }
+        Ok(())
+    }
+
     async fn commit(self: Box<Self>) -> StoreResult<()> {
         let SqliteTx { store, gate, tx, tenant, ops, started } = *self;
         // The commit and the index changes run in their own task: dropping
