@@ -41,6 +41,8 @@ pub struct AppState {
     pub request_timeout_ms: u64,
     /// The same for writes of memories (`POST /v1/memories`).
     pub write_timeout_ms: u64,
+    /// Per-key request rate and in-flight limits.
+    pub limits: Arc<crate::http::limits::Limits>,
 }
 
 pub use crate::store::DbPool;
@@ -123,6 +125,7 @@ pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::
         body_limit: config.server.body_limit_bytes,
         request_timeout_ms: config.server.request_timeout_ms,
         write_timeout_ms: config.server.write_timeout_ms,
+        limits: Arc::new(crate::http::limits::Limits::new(&config.limits)),
     };
     Ok(App { state, access_rx: Some(access_rx), storage, config })
 }

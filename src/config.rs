@@ -31,6 +31,7 @@ pub struct Config {
     pub auth: AuthConfig,
     pub embedding: EmbeddingConfig,
     pub idempotency: IdempotencyConfig,
+    pub limits: LimitsConfig,
     pub facts: FactsConfig,
     pub search: SearchConfig,
     /// How long memories are kept, and the sweep that deletes them.
@@ -399,6 +400,23 @@ pub struct IdempotencyConfig {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Requests per second each API key may send on average; 0: no rate limit.
+    pub requests_per_second: u32,
+    /// Requests a key may send at once above its rate (the bucket's size).
+    pub burst: u32,
+    /// Requests of one key in flight at once; 0: no limit.
+    pub concurrent_requests: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self { requests_per_second: 1_000, burst: 2_000, concurrent_requests: 64 }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct FactsConfig {
     /// Predicates that hold several values at once: for these the object is
     /// part of a fact's slot, so "likes tea" and "likes jazz" never contradict.
@@ -566,6 +584,7 @@ const SECTIONS: &[&str] = &[
     "auth",
     "embedding",
     "idempotency",
+    "limits",
     "facts",
     "search",
     "retention",
@@ -649,6 +668,9 @@ impl Config {
         }
         if self.server.write_timeout_ms == 0 {
             return bad("server.write_timeout_ms", "must be greater than 0");
+        }
+        if self.limits.requests_per_second > 0 && self.limits.burst < self.limits.requests_per_second {
+            return bad("limits.burst", "must be at least limits.requests_per_second");
         }
         if self.server.header_read_timeout_ms == 0 || self.server.header_read_timeout_ms > 300_000 {
             return bad("server.header_read_timeout_ms", "must be between 1 and 300000 (5 minutes)");

@@ -69,6 +69,8 @@ pub enum ApiError {
     Conflict(String),
     #[error("{what} is unavailable, retry later")]
     Unavailable { what: &'static str, retry_after_secs: u64 },
+    #[error("too many requests with this API key; retry after the time in Retry-After")]
+    RateLimited { retry_after_secs: u64 },
     #[error("the request took too long")]
     Timeout,
     #[error("internal error")]
@@ -97,6 +99,7 @@ impl ApiError {
             ApiError::IdempotencyInProgress => (StatusCode::CONFLICT, "idempotency_in_progress"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             ApiError::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, "service_unavailable"),
+            ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             ApiError::Timeout => (StatusCode::SERVICE_UNAVAILABLE, "timeout"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
@@ -175,6 +178,7 @@ impl IntoResponse for ApiError {
         let mut response = (status, axum::Json(body)).into_response();
         let retry_after = match &self {
             ApiError::Unavailable { retry_after_secs, .. } => Some(*retry_after_secs),
+            ApiError::RateLimited { retry_after_secs } => Some(*retry_after_secs),
             ApiError::Timeout => Some(1),
             _ => None,
         };

@@ -6,6 +6,7 @@
 
 pub mod dto;
 pub mod extract;
+pub mod limits;
 pub mod memories;
 pub mod origin;
 pub mod recall;
@@ -112,6 +113,7 @@ pub fn router(state: AppState) -> Router {
         write: Duration::from_millis(state.write_timeout_ms),
     };
     let body_limit = state.body_limit;
+    let limits = state.limits.clone();
     api.route("/openapi.json", get(system::openapi_json))
         .route("/docs", get(system::docs_page))
         .route("/docs/swagger-ui.css", get(system::docs_css))
@@ -127,6 +129,17 @@ pub fn router(state: AppState) -> Router {
                     tracing::info_span!("request", method = %req.method(), uri = %req.uri().path(), request_id = %id)
                 }))
                 .layer(middleware::from_fn_with_state(state.clone(), origin::guard_keyless))
+                .layer(middleware::from_fn(move |req: Request, next: Next| {
+                    let limits = limits.clone();
+                    async move {
+                        // Probes, metrics and the docs are never limited.
+                        if req.uri().path().starts_with("/v1/") {
+                            limits::limit(limits, req, next).await
+                        } else {
+                            next.run(req).await
+                        }
+                    }
+                }))
                 .layer(CatchPanicLayer::custom(|_| {
                     ApiError::Internal(anyhow::anyhow!("handler panicked")).into_response()
                 }))

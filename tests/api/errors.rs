@@ -97,3 +97,22 @@ async fn a_client_request_id_is_echoed_in_header_and_error_body() {
     let body = expect_error(r, StatusCode::NOT_FOUND, "memory_not_found").await;
     assert_eq!(body["error"]["request_id"], "trace-me-42");
 }
+
+#[tokio::test]
+async fn a_key_past_its_rate_gets_429_with_retry_after_and_probes_are_not_limited() {
+    let app = spawn_app_with(|c| {
+        c.limits.requests_per_second = 1;
+        c.limits.burst = 3;
+    })
+    .await;
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        statuses.push(app.get("/v1/memories?agent_id=a").await);
+    }
+    let limited = statuses.into_iter().find(|r| r.status() == StatusCode::TOO_MANY_REQUESTS).expect("a 429");
+    assert!(limited.headers().get("retry-after").is_some());
+    expect_error(limited, StatusCode::TOO_MANY_REQUESTS, "rate_limited").await;
+    for _ in 0..10 {
+        assert_eq!(app.get("/healthz").await.status(), StatusCode::OK);
+    }
+}
