@@ -97,7 +97,36 @@ fn api_router() -> OpenApiRouter<AppState> {
 
 /// The OpenAPI document, as served at `/openapi.json` and committed in `openapi/openapi.json`.
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    api_router().split_for_parts().1
+    let mut doc = api_router().split_for_parts().1;
+    document_rate_limits(&mut doc);
+    doc
+}
+
+/// Every `/v1` operation can answer 429 (`limits.rs`): stated once here
+/// rather than on each handler.
+fn document_rate_limits(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::{ContentBuilder, HeaderBuilder, ObjectBuilder, Ref, ResponseBuilder, Type};
+    let response = ResponseBuilder::new()
+        .description("Too many requests with this API key (its rate, or its requests in flight); see Retry-After")
+        .header(
+            "Retry-After",
+            HeaderBuilder::new()
+                .schema(Some(ObjectBuilder::new().schema_type(Type::Integer)))
+                .description(Some("Seconds to wait before retrying"))
+                .build(),
+        )
+        .content("application/json", ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build())
+        .build();
+    for (path, item) in doc.paths.paths.iter_mut() {
+        if !path.starts_with("/v1/") {
+            continue;
+        }
+        for op in
+            [&mut item.get, &mut item.post, &mut item.patch, &mut item.put, &mut item.delete].into_iter().flatten()
+        {
+            op.responses.responses.insert("429".to_string(), response.clone().into());
+        }
+    }
 }
 
 pub fn openapi_json() -> String {

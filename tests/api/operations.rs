@@ -65,7 +65,7 @@ fn the_openapi_document_states_statuses_and_limits() {
         for (method, op) in ops.as_object().unwrap() {
             let has = |status: &str| op["responses"].get(status).is_some();
             if op.get("security").is_some() {
-                for status in ["401", "503"] {
+                for status in ["401", "429", "503"] {
                     assert!(has(status), "{method} {path} documents no {status}");
                 }
                 assert_eq!(op["responses"]["401"]["headers"]["WWW-Authenticate"]["schema"]["type"], "string");
