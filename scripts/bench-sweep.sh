@@ -3,7 +3,7 @@
 # search latency while it does (against idle, in the same run). The memories are
 # written as an `engram import` file by benches/sweep.rs (vectors of the bundled
 # model), imported, then made expired directly in the database before the server
-# starts; the server sweeps 20 s after it starts.
+# starts; the server sweeps 60 s after it starts.
 #
 #   scripts/bench-sweep.sh                 Postgres: 20K live + 200K expired memories
 #   scripts/bench-sweep.sh --data-dir DIR  embedded: 100K live + 100K expired, and the
@@ -22,7 +22,7 @@ model_dir=${ENGRAM_MODEL_DIR:-$ENGRAM_CACHE_DIR/models/all-MiniLM-L6-v2}
 scripts/fetch-model.sh "$model_dir"
 file=$(mktemp --suffix=.jsonl)
 trap 'rm -f "$file"; bench_stop' EXIT
-sweep_env=(ENGRAM_AUTH__DEFAULT_TENANT=bench-sweep ENGRAM_RETENTION__SWEEP_INTERVAL_SECS=20)
+sweep_env=(ENGRAM_AUTH__DEFAULT_TENANT=bench-sweep ENGRAM_RETENTION__SWEEP_INTERVAL_SECS=60)
 
 if [[ -n $data_dir ]]; then
   live=100000 expired=100000
