@@ -272,8 +272,12 @@ pub struct RedisConfig {
 pub struct AuthConfig {
     /// The tenant of every request when no API keys are configured.
     pub default_tenant: String,
-    /// API keys: each maps the SHA-256 of a bearer token to a tenant.
+    /// API keys: each maps the SHA-256 of a bearer token to a tenant, with a
+    /// public id (for logs) and a scope.
     pub keys: Vec<ApiKeyConfig>,
+    /// With keys, serve `/metrics` to requests without an admin key (for a
+    /// scraper that sends none). Without keys it is open anyway.
+    pub open_metrics: bool,
     /// Without keys: host names, besides `localhost`, `127.0.0.1` and
     /// `[::1]`, that requests may name in `Host` and `Origin`.
     pub allowed_hosts: Vec<String>,
@@ -284,14 +288,64 @@ pub struct AuthConfig {
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApiKeyConfig {
+    /// The key's public name, written to the log with each request it
+    /// authenticates (the key never is): 1-32 visible ASCII characters,
+    /// unique among the keys.
+    pub id: String,
     pub tenant: String,
     /// Hex SHA-256 of the key (`printf %s KEY | sha256sum`).
     pub key_sha256: String,
+    /// What the key may do; `read_write` when not given.
+    #[serde(default)]
+    pub scope: Scope,
+}
+
+impl ApiKeyConfig {
+    /// A key given in clear (`ENGRAM_API_KEYS`): stored as its SHA-256, with
+    /// the first 8 hex digits of that digest as its id.
+    pub fn from_plain(tenant: &str, key: &str, scope: Scope) -> ApiKeyConfig {
+        let key_sha256 = hex::encode(Sha256::digest(key.as_bytes()));
+        ApiKeyConfig { id: key_sha256[..8].to_string(), tenant: tenant.to_string(), key_sha256, scope }
+    }
 }
 
 impl std::fmt::Debug for ApiKeyConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ApiKeyConfig").field("tenant", &self.tenant).field("key_sha256", &REDACTED).finish()
+        f.debug_struct("ApiKeyConfig")
+            .field("id", &self.id)
+            .field("tenant", &self.tenant)
+            .field("key_sha256", &REDACTED)
+            .field("scope", &self.scope)
+            .finish()
+    }
+}
+
+/// What an API key may do. Each scope includes the ones before it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// Read, list, search, build context and follow history; nothing changes.
+    Read,
+    /// Also write, update and delete memories.
+    #[default]
+    ReadWrite,
+    /// Also the operator's routes: the retention preview, `/metrics`, the
+    /// details of `/readyz`.
+    Admin,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Read => "read",
+            Scope::ReadWrite => "read_write",
+            Scope::Admin => "admin",
+        }
+    }
+
+    /// The scope a name in `ENGRAM_API_KEYS` stands for.
+    pub fn from_name(name: &str) -> Option<Scope> {
+        [Scope::Read, Scope::ReadWrite, Scope::Admin].into_iter().find(|s| s.as_str() == name)
     }
 }
 
@@ -510,6 +564,7 @@ impl Default for AuthConfig {
         Self {
             default_tenant: "default".into(),
             keys: Vec::new(),
+            open_metrics: false,
             allowed_hosts: Vec::new(),
             allow_keyless_on_network: false,
         }
@@ -715,6 +770,18 @@ impl Config {
             if key.key_sha256.len() != 64 || !key.key_sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return bad(&format!("auth.keys[{i}].key_sha256"), "must be 64 hex digits");
             }
+            if key.id.is_empty() || key.id.len() > 32 || !key.id.bytes().all(|b| b.is_ascii_graphic()) {
+                return bad(&format!("auth.keys[{i}].id"), "must be 1-32 visible ASCII characters (no spaces)");
+            }
+            if let Some(j) =
+                self.auth.keys[..i].iter().position(|k| k.key_sha256.eq_ignore_ascii_case(&key.key_sha256))
+            {
+                return bad(&format!("auth.keys[{i}].key_sha256"), &format!("is also the key of auth.keys[{j}]"));
+            }
+            // Keys from ENGRAM_API_KEYS follow the file's, their ids derived from their hashes.
+            if let Some(j) = self.auth.keys[..i].iter().position(|k| k.id == key.id) {
+                return bad(&format!("auth.keys[{i}].id"), &format!("`{}` is also the id of auth.keys[{j}]", key.id));
+            }
         }
         for (i, host) in self.auth.allowed_hosts.iter().enumerate() {
             if !is_host_name(host) {
@@ -830,17 +897,27 @@ impl Config {
     }
 }
 
-/// Parses `tenant:key,tenant:key` into hashed keys.
+/// Parses `tenant:key,tenant:key:scope` into hashed keys. A key's scope is
+/// `read_write` unless its entry ends in `:read`, `:read_write` or `:admin`;
+/// its id is the first 8 hex digits of its SHA-256.
 pub fn parse_api_keys(spec: &str) -> Result<Vec<ApiKeyConfig>, ConfigError> {
     spec.split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|pair| {
-            let (tenant, key) = pair
-                .split_once(':')
-                .filter(|(t, k)| !t.is_empty() && !k.is_empty())
-                .ok_or_else(|| ConfigError("`ENGRAM_API_KEYS` must look like tenant:key,tenant:key".into()))?;
-            Ok(ApiKeyConfig { tenant: tenant.to_string(), key_sha256: hex::encode(Sha256::digest(key.as_bytes())) })
+        .map(|entry| {
+            let (tenant, rest) = entry.split_once(':').unwrap_or((entry, ""));
+            let (key, scope) = rest
+                .rsplit_once(':')
+                .and_then(|(key, name)| Some((key, Scope::from_name(name)?)))
+                .unwrap_or((rest, Scope::ReadWrite));
+            if tenant.is_empty() || key.is_empty() {
+                return Err(ConfigError(
+                    "`ENGRAM_API_KEYS` must look like tenant:key,tenant:key (optionally tenant:key:scope, \
+                     the scope read, read_write or admin)"
+                        .into(),
+                ));
+            }
+            Ok(ApiKeyConfig::from_plain(tenant, key, scope))
         })
         .collect()
 }
@@ -890,6 +967,61 @@ mod tests {
         assert_eq!(keys[0].key_sha256, hex::encode(Sha256::digest(b"s3cret")));
         assert_eq!(keys[1].tenant, "beta");
         assert!(parse_api_keys("nocolon").is_err());
+        assert!(parse_api_keys("acme:").is_err());
+        assert!(parse_api_keys(":key").is_err());
+    }
+
+    #[test]
+    fn environment_keys_get_an_id_from_their_hash_and_an_optional_scope() {
+        let keys = parse_api_keys("acme:s3cret,acme:r:read,ops:k2:admin,acme:a:b:c,beta:x:read_write").unwrap();
+        let digest = hex::encode(Sha256::digest(b"s3cret"));
+        assert_eq!(keys[0].id, digest[..8]);
+        assert_eq!(keys[0].scope, Scope::ReadWrite);
+        assert_eq!((keys[1].key_sha256.as_str(), keys[1].scope), (hex::encode(Sha256::digest(b"r")).as_str(), Scope::Read));
+        assert_eq!(keys[2].scope, Scope::Admin);
+        // A last part that names no scope belongs to the key.
+        assert_eq!((keys[3].key_sha256.clone(), keys[3].scope), (hex::encode(Sha256::digest(b"a:b:c")), Scope::ReadWrite));
+        assert_eq!(keys[4].key_sha256, hex::encode(Sha256::digest(b"x")));
+        assert!(parse_api_keys("acme::admin").is_err());
+    }
+
+    #[test]
+    fn key_ids_are_short_visible_and_unique() {
+        let key = |id: &str, k: &str| ApiKeyConfig { id: id.into(), ..ApiKeyConfig::from_plain("acme", k, Scope::Read) };
+        let mut c = Config::default();
+        c.auth.keys = vec![key("ci-reader", "k1"), key("ops", "k2")];
+        assert!(c.validate().is_ok());
+        for bad in ["", "has space", "é", &"x".repeat(33)] {
+            c.auth.keys = vec![key("ok", "k1"), key(bad, "k2")];
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains("auth.keys[1].id"), "{bad:?}: {err}");
+        }
+        c.auth.keys = vec![key("same", "k1"), key("same", "k2")];
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("auth.keys[1].id") && err.contains("auth.keys[0]"), "{err}");
+        c.auth.keys = vec![key("a", "k1"), key("b", "k1")];
+        assert!(c.validate().unwrap_err().to_string().contains("auth.keys[1].key_sha256"));
+    }
+
+    #[test]
+    fn a_key_without_an_id_is_refused_and_its_scope_defaults_to_read_write() {
+        let sha = "0".repeat(64);
+        let parse = |toml: &str| {
+            Figment::from(Serialized::defaults(Config::default())).merge(Toml::string(toml)).extract::<Config>()
+        };
+        let err = parse(&format!("[[auth.keys]]\ntenant = \"acme\"\nkey_sha256 = \"{sha}\"")).unwrap_err();
+        assert!(err.to_string().contains("id"), "{err}");
+        let c = parse(&format!("[[auth.keys]]\nid = \"k\"\ntenant = \"acme\"\nkey_sha256 = \"{sha}\"")).unwrap();
+        assert_eq!(c.auth.keys[0].scope, Scope::ReadWrite);
+        let c = parse(&format!(
+            "[[auth.keys]]\nid = \"k\"\ntenant = \"acme\"\nkey_sha256 = \"{sha}\"\nscope = \"admin\""
+        ))
+        .unwrap();
+        assert_eq!(c.auth.keys[0].scope, Scope::Admin);
+        assert!(parse(&format!("[[auth.keys]]\nid = \"k\"\ntenant = \"a\"\nkey_sha256 = \"{sha}\"\nscope = \"root\"")).is_err());
+        // The id stays visible when the configuration is shown; the hash does not.
+        let shown = format!("{:?}", c.redacted().auth.keys[0]);
+        assert!(shown.contains("\"k\"") && !shown.contains(&sha), "{shown}");
     }
 
     #[test]

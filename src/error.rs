@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use crate::config::Scope;
 use crate::domain::validate::FieldError;
 use crate::store::StoreError;
 
@@ -55,6 +56,8 @@ pub enum ApiError {
     PayloadTooLarge(usize),
     #[error("missing or invalid API key")]
     Unauthorized,
+    #[error("this API key's scope is `{}`; this operation needs `{}`", .has.as_str(), .needs.as_str())]
+    InsufficientScope { has: Scope, needs: Scope },
     #[error("{0}")]
     UnsupportedMediaType(String),
     #[error("{0}")]
@@ -92,6 +95,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::InsufficientScope { .. } => (StatusCode::FORBIDDEN, "insufficient_scope"),
             ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             ApiError::HostNotAllowed(_) => (StatusCode::FORBIDDEN, "host_not_allowed"),
             ApiError::OriginNotAllowed(_) => (StatusCode::FORBIDDEN, "origin_not_allowed"),
@@ -185,6 +189,13 @@ impl IntoResponse for ApiError {
         if matches!(self, ApiError::Unauthorized) {
             // RFC 9110 §11.6.1: a 401 names the scheme that would succeed.
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let ApiError::InsufficientScope { needs, .. } = &self {
+            // RFC 6750 §3.1: the scope that would succeed.
+            let value = format!("Bearer error=\"insufficient_scope\", scope=\"{}\"", needs.as_str());
+            if let Ok(value) = HeaderValue::from_str(&value) {
+                response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
+            }
         }
         if let Some(secs) = retry_after {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));

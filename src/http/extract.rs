@@ -2,7 +2,7 @@
 //! malformed JSON (400), a wrong, missing or repeated field (422 with its JSON
 //! pointer, in the API's words rather than serde's), an oversized body (413),
 //! a body that is not `application/json` (415), a missing or unknown API key
-//! (401).
+//! (401), a key whose scope does not allow the operation (403).
 
 use std::cell::RefCell;
 
@@ -16,6 +16,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::app::AppState;
+use crate::config::Scope;
 use crate::error::ApiError;
 
 /// A JSON body, deserialised with the path of any error, plus the SHA-256 of
@@ -271,16 +272,35 @@ fn pointer_of(path: &serde_path_to_error::Path) -> String {
     out
 }
 
-/// The tenant a request acts for, from its bearer key.
+/// The tenant a request acts for, from a bearer key whose scope allows
+/// `read_write`: what every route that changes memories takes.
 #[derive(Debug, Clone)]
 pub struct Tenant(pub String);
 
+/// The tenant of a request that only reads (any key's scope allows it).
+#[derive(Debug, Clone)]
+pub struct ReadTenant(pub String);
+
+/// The tenant of a request for an operator's route (an `admin` key).
+#[derive(Debug, Clone)]
+pub struct AdminTenant(pub String);
+
+/// One configured key: its hash, and what it stands for.
+struct Key {
+    sha256: [u8; 32],
+    id: String,
+    tenant: String,
+    scope: Scope,
+}
+
 /// API keys, by SHA-256, and the tenant of an open server.
 pub struct Auth {
-    keys: Vec<([u8; 32], String)>,
+    keys: Vec<Key>,
     open_tenant: String,
     /// Configured host names a keyless server answers to (lower case).
     allowed_hosts: Vec<String>,
+    /// Whether `/metrics` answers without an admin key when there are keys.
+    pub open_metrics: bool,
 }
 
 impl Auth {
@@ -289,12 +309,12 @@ impl Auth {
             .keys
             .iter()
             .filter_map(|k| {
-                let bytes: [u8; 32] = hex::decode(&k.key_sha256).ok()?.try_into().ok()?;
-                Some((bytes, k.tenant.clone()))
+                let sha256: [u8; 32] = hex::decode(&k.key_sha256).ok()?.try_into().ok()?;
+                Some(Key { sha256, id: k.id.clone(), tenant: k.tenant.clone(), scope: k.scope })
             })
             .collect();
         let allowed_hosts = config.allowed_hosts.iter().map(|h| h.to_ascii_lowercase()).collect();
-        Auth { keys, open_tenant: config.default_tenant.clone(), allowed_hosts }
+        Auth { keys, open_tenant: config.default_tenant.clone(), allowed_hosts, open_metrics: config.open_metrics }
     }
 
     /// Whether a keyless server answers requests naming `host` (without its port).
@@ -308,17 +328,38 @@ impl Auth {
         self.keys.is_empty()
     }
 
-    /// The tenant of a bearer token. Every configured key is compared, in
+    /// The key a bearer token is. Every configured key is compared, in
     /// constant time, so timing says nothing about which keys exist.
-    pub fn tenant_of(&self, token: &str) -> Option<String> {
+    fn key_of(&self, token: &str) -> Option<&Key> {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let mut found = None;
-        for (hash, tenant) in &self.keys {
-            if bool::from(hash.ct_eq(&digest)) {
-                found = Some(tenant.clone());
+        for key in &self.keys {
+            if bool::from(key.sha256.ct_eq(&digest)) {
+                found = Some(key);
             }
         }
         found
+    }
+
+    /// The tenant a request acts for, when its key's scope includes `needs`.
+    /// Without keys every request is the open tenant's, with every scope.
+    /// The key's id (never the key) is recorded in the request's span as
+    /// `key_id`, also when its scope is too small.
+    pub fn authorize(&self, headers: &axum::http::HeaderMap, needs: Scope) -> Result<String, ApiError> {
+        if self.is_open() {
+            return Ok(self.open_tenant.clone());
+        }
+        let token = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(bearer_token)
+            .ok_or(ApiError::Unauthorized)?;
+        let key = self.key_of(token).ok_or(ApiError::Unauthorized)?;
+        tracing::Span::current().record("key_id", tracing::field::display(&key.id));
+        if key.scope < needs {
+            return Err(ApiError::InsufficientScope { has: key.scope, needs });
+        }
+        Ok(key.tenant.clone())
     }
 }
 
@@ -326,16 +367,23 @@ impl FromRequestParts<AppState> for Tenant {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        if state.auth.is_open() {
-            return Ok(Tenant(state.auth.open_tenant.clone()));
-        }
-        let token = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(bearer_token)
-            .ok_or(ApiError::Unauthorized)?;
-        state.auth.tenant_of(token).map(Tenant).ok_or(ApiError::Unauthorized)
+        state.auth.authorize(&parts.headers, Scope::ReadWrite).map(Tenant)
+    }
+}
+
+impl FromRequestParts<AppState> for ReadTenant {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        state.auth.authorize(&parts.headers, Scope::Read).map(ReadTenant)
+    }
+}
+
+impl FromRequestParts<AppState> for AdminTenant {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        state.auth.authorize(&parts.headers, Scope::Admin).map(AdminTenant)
     }
 }
 
@@ -352,20 +400,50 @@ mod tests {
     use super::*;
     use crate::config::{ApiKeyConfig, AuthConfig};
 
-    #[test]
-    fn keys_map_to_their_tenant_only() {
-        let auth = Auth::new(&AuthConfig {
+    fn bearer(key: &str) -> axum::http::HeaderMap {
+        let mut headers = axum::http::HeaderMap::new();
+        headers.insert(axum::http::header::AUTHORIZATION, format!("Bearer {key}").parse().unwrap());
+        headers
+    }
+
+    fn keyed_auth() -> Auth {
+        Auth::new(&AuthConfig {
             default_tenant: "default".into(),
             keys: vec![
-                ApiKeyConfig { tenant: "a".into(), key_sha256: hex::encode(Sha256::digest(b"key-a")) },
-                ApiKeyConfig { tenant: "b".into(), key_sha256: hex::encode(Sha256::digest(b"key-b")) },
+                ApiKeyConfig { id: "ka".into(), ..ApiKeyConfig::from_plain("a", "key-a", Scope::Read) },
+                ApiKeyConfig::from_plain("b", "key-b", Scope::ReadWrite),
+                ApiKeyConfig::from_plain("b", "key-ops", Scope::Admin),
             ],
             ..AuthConfig::default()
-        });
-        assert_eq!(auth.tenant_of("key-a").as_deref(), Some("a"));
-        assert_eq!(auth.tenant_of("key-b").as_deref(), Some("b"));
-        assert_eq!(auth.tenant_of("key-c"), None);
+        })
+    }
+
+    #[test]
+    fn keys_map_to_their_tenant_only() {
+        let auth = keyed_auth();
+        assert_eq!(auth.authorize(&bearer("key-a"), Scope::Read).unwrap(), "a");
+        assert_eq!(auth.authorize(&bearer("key-b"), Scope::Read).unwrap(), "b");
+        assert!(matches!(auth.authorize(&bearer("key-c"), Scope::Read), Err(ApiError::Unauthorized)));
+        assert!(matches!(auth.authorize(&axum::http::HeaderMap::new(), Scope::Read), Err(ApiError::Unauthorized)));
         assert!(!auth.is_open());
+    }
+
+    #[test]
+    fn a_scope_includes_the_smaller_ones_only() {
+        let auth = keyed_auth();
+        let verdict = |key: &str, needs: Scope| match auth.authorize(&bearer(key), needs) {
+            Ok(_) => "ok".to_string(),
+            Err(ApiError::InsufficientScope { has, needs }) => format!("{} < {}", has.as_str(), needs.as_str()),
+            Err(e) => panic!("{e:?}"),
+        };
+        assert_eq!(verdict("key-a", Scope::ReadWrite), "read < read_write");
+        assert_eq!(verdict("key-a", Scope::Admin), "read < admin");
+        assert_eq!(verdict("key-b", Scope::ReadWrite), "ok");
+        assert_eq!(verdict("key-b", Scope::Admin), "read_write < admin");
+        assert_eq!(verdict("key-ops", Scope::Admin), "ok");
+        // Without keys every request may do everything.
+        let open = Auth::new(&AuthConfig::default());
+        assert_eq!(open.authorize(&axum::http::HeaderMap::new(), Scope::Admin).unwrap(), "default");
     }
 
     #[derive(Debug, serde::Deserialize)]

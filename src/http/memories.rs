@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::dto::{
     BatchRequest, CreateMemoriesBody, CreateMemoryRequest, HistoryResponse, ListResponse, UpdateMemoryRequest,
 };
-use super::extract::{Tenant, ValidJson, from_value};
+use super::extract::{ReadTenant, Tenant, ValidJson, from_value};
 use super::response::{MemoryResponse, WriteResponse, write_body};
 use crate::app::AppState;
 use crate::domain::Tier;
@@ -59,7 +59,7 @@ fn idempotency_key(headers: &HeaderMap, body_sha256: &str) -> Result<Option<Idem
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
+        (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read_write`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 409, description = "Idempotency key reused with another body, or still in progress", body = ErrorBody),
         (status = 413, description = "Body over the limit", body = ErrorBody),
         (status = 415, description = "The body is not sent as `Content-Type: application/json`", body = ErrorBody),
@@ -67,7 +67,7 @@ fn idempotency_key(headers: &HeaderMap, body_sha256: &str) -> Result<Option<Idem
         (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["read_write"]))
 )]
 pub async fn create_memories(
     State(state): State<AppState>,
@@ -110,17 +110,17 @@ pub async fn create_memories(
         (status = 200, body = MemoryResponse),
         (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
+        (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 404, description = "No such memory for this tenant (or expired)", body = ErrorBody),
         (status = 422, description = "The id is not a UUID", body = ErrorBody),
         (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["read"]))
 )]
 pub async fn get_memory(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    ReadTenant(tenant): ReadTenant,
     Path(id): Path<String>,
 ) -> Result<Json<MemoryResponse>, ApiError> {
     let id = parse_id(&id)?;
@@ -137,7 +137,7 @@ pub async fn get_memory(
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
+        (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read_write`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 404, description = "No such memory for this tenant (or expired)", body = ErrorBody),
         (status = 409, description = "The new content duplicates another valid fact", body = ErrorBody),
         (status = 413, description = "Body over the limit", body = ErrorBody),
@@ -146,7 +146,7 @@ pub async fn get_memory(
         (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["read_write"]))
 )]
 pub async fn update_memory(
     State(state): State<AppState>,
@@ -167,13 +167,13 @@ pub async fn update_memory(
         (status = 204, description = "Deleted"),
         (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
+        (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read_write`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 404, description = "No such memory for this tenant", body = ErrorBody),
         (status = 422, description = "The id is not a UUID", body = ErrorBody),
         (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["read_write"]))
 )]
 pub async fn delete_memory(
     State(state): State<AppState>,
@@ -193,17 +193,17 @@ pub async fn delete_memory(
         (status = 200, body = HistoryResponse),
         (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
+        (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 404, description = "No such memory for this tenant", body = ErrorBody),
         (status = 422, description = "The id is not a UUID", body = ErrorBody),
         (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["read"]))
 )]
 pub async fn memory_history(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    ReadTenant(tenant): ReadTenant,
     Path(id): Path<String>,
 ) -> Result<Json<HistoryResponse>, ApiError> {
     let id = parse_id(&id)?;
@@ -235,16 +235,16 @@ pub async fn memory_history(
         (status = 400, description = "Bad cursor", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
+        (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 422, description = "Bad parameter", body = ErrorBody),
         (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["read"]))
 )]
 pub async fn list_memories(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    ReadTenant(tenant): ReadTenant,
     RawQuery(query): RawQuery,
 ) -> Result<Json<ListResponse>, ApiError> {
     let filter = parse_list_query(query.as_deref().unwrap_or(""))?;

@@ -48,8 +48,13 @@ const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
             Input: no text or JSON value may contain NUL (U+0000); identifiers, skill names and metadata keys may \
             not contain control, bidirectional or invisible characters; an object that repeats a key is 422 naming \
             it.\n\n\
+            Scopes: each key has one, listed as the role of an operation's `bearer` requirement: `read` (get, \
+            list, history, search, context), `read_write` (also write, update, delete) or `admin` (also the \
+            retention preview, `/metrics` and the checks of `/readyz`). A key with too small a scope gets 403 \
+            `insufficient_scope`, its `WWW-Authenticate` naming the scope needed.\n\n\
             Errors: `{\"error\": {\"code\", \"message\", \"field\"?, \"request_id\"}}` with stable codes: \
-            invalid_json (400), invalid_cursor (400), unauthorized (401), host_not_allowed and origin_not_allowed \
+            invalid_json (400), invalid_cursor (400), unauthorized (401), insufficient_scope (403, the API key's \
+            scope does not allow the operation), host_not_allowed and origin_not_allowed \
             (403, only without API keys: the Host and Origin headers must name localhost, 127.0.0.1, [::1] or a \
             configured host), memory_not_found (404), \
             route_not_found (404), method_not_allowed (405), idempotency_key_reused (409), conflict (409), \
@@ -153,10 +158,7 @@ pub fn router(state: AppState) -> Router {
                 .layer(SetRequestIdLayer::new(REQUEST_ID_HEADER, MakeRequestUuid))
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID_HEADER))
                 .layer(middleware::from_fn(request_context))
-                .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
-                    let id = req.headers().get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
-                    tracing::info_span!("request", method = %req.method(), uri = %req.uri().path(), request_id = %id)
-                }))
+                .layer(TraceLayer::new_for_http().make_span_with(request_span))
                 .layer(middleware::from_fn_with_state(state.clone(), origin::guard_keyless))
                 .layer(middleware::from_fn(move |req: Request, next: Next| {
                     let limits = limits.clone();
@@ -176,6 +178,20 @@ pub fn router(state: AppState) -> Router {
                 .layer(DefaultBodyLimit::max(body_limit)),
         )
         .with_state(state)
+}
+
+/// The span every request's log lines carry. `key_id` is filled in by
+/// authentication (`extract::Auth::authorize`) with the public id of the
+/// request's API key: the key itself never reaches the log.
+fn request_span(req: &Request) -> tracing::Span {
+    let id = req.headers().get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
+    tracing::info_span!(
+        "request",
+        method = %req.method(),
+        uri = %req.uri().path(),
+        request_id = %id,
+        key_id = tracing::field::Empty,
+    )
 }
 
 /// How long a request may run: writes of memories get longer, since a large
@@ -235,4 +251,51 @@ async fn request_context(req: Request, next: Next) -> Response {
 fn is_empty(response: &Response<Body>) -> bool {
     use http_body::Body as _;
     response.body().size_hint().exact() == Some(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::config::{ApiKeyConfig, AuthConfig, Scope};
+    use crate::http::extract::Auth;
+
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_request_span_names_the_key_by_its_id_not_the_key() {
+        let key = ApiKeyConfig { id: "ci-reader".into(), ..ApiKeyConfig::from_plain("acme", "s3cret-key", Scope::Read) };
+        let auth = Auth::new(&AuthConfig { keys: vec![key], ..AuthConfig::default() });
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let req = Request::builder()
+                .uri("/v1/memories")
+                .header(axum::http::header::AUTHORIZATION, "Bearer s3cret-key")
+                .body(Body::empty())
+                .unwrap();
+            let _span = request_span(&req).entered();
+            // Refused for its scope, and still named.
+            assert!(auth.authorize(req.headers(), Scope::ReadWrite).is_err());
+            tracing::info!("answered");
+        });
+        let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        assert!(log.contains("key_id=ci-reader"), "{log}");
+        assert!(!log.contains("s3cret"), "{log}");
+    }
 }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use super::extract::{Tenant, ValidJson, from_value};
+use super::extract::{ReadTenant, ValidJson, from_value};
 use super::response::ScoredMemoryResponse;
 use crate::app::AppState;
 use crate::domain::Tier;
@@ -198,18 +198,18 @@ fn search_params(
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
+        (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 413, description = "Body over the limit", body = ErrorBody),
         (status = 415, description = "The body is not sent as `Content-Type: application/json`", body = ErrorBody),
         (status = 422, description = "A field is missing, mistyped, repeated or out of range", body = ErrorBody),
         (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["read"]))
 )]
 pub async fn search_memories(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    ReadTenant(tenant): ReadTenant,
     body: ValidJson<Value>,
 ) -> Result<Json<SearchResponse>, ApiError> {
     let r: SearchRequest = from_value(body.value)?;
@@ -251,18 +251,18 @@ pub async fn search_memories(
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
+        (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 413, description = "Body over the limit", body = ErrorBody),
         (status = 415, description = "The body is not sent as `Content-Type: application/json`", body = ErrorBody),
         (status = 422, description = "A field is missing, mistyped, repeated or out of range, or the budget is negative", body = ErrorBody),
         (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["read"]))
 )]
 pub async fn build_context(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    ReadTenant(tenant): ReadTenant,
     body: ValidJson<Value>,
 ) -> Result<Json<ContextResponse>, ApiError> {
     let r: ContextRequest = from_value(body.value)?;

@@ -11,7 +11,7 @@ use uuid::Uuid;
 use crate::app::AppState;
 use crate::domain::Tier;
 use crate::error::{ApiError, ErrorBody};
-use crate::http::extract::Tenant;
+use crate::http::extract::AdminTenant;
 use crate::jobs::retention::{Listing, TierPreview};
 
 const DEFAULT_LIMIT: usize = 100;
@@ -62,7 +62,8 @@ impl From<TierPreview> for TierPreviewResponse {
 /// Per tier, the caller's memories past their expiry and those whose
 /// retention score decayed below the threshold, as the sweep would decide at
 /// this instant. `limit` 1-1000 (default 100) caps the ids listed per tier
-/// and reason; counts are always whole.
+/// and reason; counts are always whole. Needs an `admin` key when the server
+/// has keys.
 #[utoipa::path(
     get, path = "/v1/retention/preview", tag = "retention",
     params(("limit" = Option<usize>, Query)),
@@ -70,16 +71,16 @@ impl From<TierPreview> for TierPreviewResponse {
         (status = 200, body = RetentionPreviewResponse),
         (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
             headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
-        (status = 403, description = "No API keys configured, and Host or Origin names a host not allowed", body = ErrorBody),
+        (status = 403, description = "The key's scope is too small (insufficient_scope; needs `admin`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 422, description = "Bad parameter", body = ErrorBody),
         (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
-    security(("bearer" = []))
+    security(("bearer" = ["admin"]))
 )]
 pub async fn preview_retention(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    AdminTenant(tenant): AdminTenant,
     RawQuery(query): RawQuery,
 ) -> Result<Json<RetentionPreviewResponse>, ApiError> {
     let mut limit = DEFAULT_LIMIT;

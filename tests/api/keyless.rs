@@ -5,7 +5,6 @@
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use crate::helpers::{TestApp, expect_error, spawn_app, spawn_app_with, test_config};
@@ -84,9 +83,8 @@ async fn a_foreign_host_is_refused_without_keys_and_answered_with_them() {
 
     // With keys nothing is checked: a page cannot read a visitor's key, and
     // a proxy may use any name.
-    let key = hex::encode(Sha256::digest(b"key-k"));
     let tenant = format!("k-{}", uuid::Uuid::new_v4().simple());
-    let keyed = spawn_app_with(|c| c.auth.keys = vec![engram::config::ApiKeyConfig { tenant, key_sha256: key }]).await;
+    let keyed = spawn_app_with(|c| c.auth.keys = vec![engram::config::ApiKeyConfig::from_plain(&tenant, "key-k", Default::default())]).await;
     let r = keyed
         .client
         .get(format!("{}/v1/memories?agent_id=a", keyed.base))

@@ -15,6 +15,7 @@ mod recall;
 mod reembed;
 mod retention;
 mod schema;
+mod scopes;
 mod tenancy;
 mod transfer;
 mod working;

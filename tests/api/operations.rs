@@ -65,11 +65,29 @@ fn the_openapi_document_states_statuses_and_limits() {
         for (method, op) in ops.as_object().unwrap() {
             let has = |status: &str| op["responses"].get(status).is_some();
             if op.get("security").is_some() {
-                for status in ["401", "429", "503"] {
+                for status in ["401", "403"] {
                     assert!(has(status), "{method} {path} documents no {status}");
                 }
                 assert_eq!(op["responses"]["401"]["headers"]["WWW-Authenticate"]["schema"]["type"], "string");
-                assert!(op["responses"]["503"]["headers"].get("Retry-After").is_some(), "{method} {path}");
+                // The scope a key needs is the role of the bearer requirement,
+                // and the 403 names it.
+                let roles = op["security"][0]["bearer"].as_array().unwrap();
+                assert!(roles.len() == 1, "{method} {path}: one scope, not {roles:?}");
+                let scope = roles[0].as_str().unwrap();
+                assert!(["read", "read_write", "admin"].contains(&scope), "{method} {path}: {scope}");
+                let forbidden = op["responses"]["403"]["description"].as_str().unwrap();
+                assert!(
+                    forbidden.contains(&format!("insufficient_scope; needs `{scope}`")),
+                    "{method} {path}: {forbidden}"
+                );
+                if path.starts_with("/v1/") {
+                    for status in ["429", "503"] {
+                        assert!(has(status), "{method} {path} documents no {status}");
+                    }
+                    assert!(op["responses"]["503"]["headers"].get("Retry-After").is_some(), "{method} {path}");
+                }
+            } else {
+                assert!(!path.starts_with("/v1/"), "{method} {path} states no security");
             }
             if op.get("requestBody").is_some() {
                 for status in ["400", "413", "422"] {

@@ -7,7 +7,6 @@ use chrono::{DateTime, Utc};
 use engram::clock::Clock;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use crate::helpers::{
     TestApp, drop_database, embedded, expect_error, fresh_database, spawn_app, spawn_app_with, use_local_model,
@@ -83,12 +82,11 @@ async fn superseded_deleted_and_expired_memories_are_never_returned() {
 
 #[tokio::test]
 async fn another_tenants_memories_never_appear() {
-    let key = |k: &str| hex::encode(Sha256::digest(k.as_bytes()));
     let s = uuid::Uuid::new_v4().simple().to_string();
     let server = spawn_app_with(|c| {
         c.auth.keys = vec![
-            engram::config::ApiKeyConfig { tenant: format!("a{s}"), key_sha256: key("ka") },
-            engram::config::ApiKeyConfig { tenant: format!("b{s}"), key_sha256: key("kb") },
+            engram::config::ApiKeyConfig::from_plain(&format!("a{s}"), "ka", Default::default()),
+            engram::config::ApiKeyConfig::from_plain(&format!("b{s}"), "kb", Default::default()),
         ];
     })
     .await;

@@ -3,19 +3,17 @@
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use crate::helpers::{expect_error, spawn_app_with};
 
 #[tokio::test]
 async fn tenants_are_isolated_in_every_operation() {
-    let key = |k: &str| hex::encode(Sha256::digest(k.as_bytes()));
     let suffix = uuid::Uuid::new_v4().simple().to_string();
     let (ta, tb) = (format!("a-{suffix}"), format!("b-{suffix}"));
     let server = spawn_app_with(|c| {
         c.auth.keys = vec![
-            engram::config::ApiKeyConfig { tenant: ta.clone(), key_sha256: key("key-a") },
-            engram::config::ApiKeyConfig { tenant: tb.clone(), key_sha256: key("key-b") },
+            engram::config::ApiKeyConfig::from_plain(&ta, "key-a", Default::default()),
+            engram::config::ApiKeyConfig::from_plain(&tb, "key-b", Default::default()),
         ];
     })
     .await;
