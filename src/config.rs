@@ -773,8 +773,7 @@ impl Config {
             if key.id.is_empty() || key.id.len() > 32 || !key.id.bytes().all(|b| b.is_ascii_graphic()) {
                 return bad(&format!("auth.keys[{i}].id"), "must be 1-32 visible ASCII characters (no spaces)");
             }
-            if let Some(j) =
-                self.auth.keys[..i].iter().position(|k| k.key_sha256.eq_ignore_ascii_case(&key.key_sha256))
+            if let Some(j) = self.auth.keys[..i].iter().position(|k| k.key_sha256.eq_ignore_ascii_case(&key.key_sha256))
             {
                 return bad(&format!("auth.keys[{i}].key_sha256"), &format!("is also the key of auth.keys[{j}]"));
             }
@@ -977,17 +976,24 @@ mod tests {
         let digest = hex::encode(Sha256::digest(b"s3cret"));
         assert_eq!(keys[0].id, digest[..8]);
         assert_eq!(keys[0].scope, Scope::ReadWrite);
-        assert_eq!((keys[1].key_sha256.as_str(), keys[1].scope), (hex::encode(Sha256::digest(b"r")).as_str(), Scope::Read));
+        assert_eq!(
+            (keys[1].key_sha256.as_str(), keys[1].scope),
+            (hex::encode(Sha256::digest(b"r")).as_str(), Scope::Read)
+        );
         assert_eq!(keys[2].scope, Scope::Admin);
         // A last part that names no scope belongs to the key.
-        assert_eq!((keys[3].key_sha256.clone(), keys[3].scope), (hex::encode(Sha256::digest(b"a:b:c")), Scope::ReadWrite));
+        assert_eq!(
+            (keys[3].key_sha256.clone(), keys[3].scope),
+            (hex::encode(Sha256::digest(b"a:b:c")), Scope::ReadWrite)
+        );
         assert_eq!(keys[4].key_sha256, hex::encode(Sha256::digest(b"x")));
         assert!(parse_api_keys("acme::admin").is_err());
     }
 
     #[test]
     fn key_ids_are_short_visible_and_unique() {
-        let key = |id: &str, k: &str| ApiKeyConfig { id: id.into(), ..ApiKeyConfig::from_plain("acme", k, Scope::Read) };
+        let key =
+            |id: &str, k: &str| ApiKeyConfig { id: id.into(), ..ApiKeyConfig::from_plain("acme", k, Scope::Read) };
         let mut c = Config::default();
         c.auth.keys = vec![key("ci-reader", "k1"), key("ops", "k2")];
         assert!(c.validate().is_ok());
@@ -1013,12 +1019,14 @@ mod tests {
         assert!(err.to_string().contains("id"), "{err}");
         let c = parse(&format!("[[auth.keys]]\nid = \"k\"\ntenant = \"acme\"\nkey_sha256 = \"{sha}\"")).unwrap();
         assert_eq!(c.auth.keys[0].scope, Scope::ReadWrite);
-        let c = parse(&format!(
-            "[[auth.keys]]\nid = \"k\"\ntenant = \"acme\"\nkey_sha256 = \"{sha}\"\nscope = \"admin\""
-        ))
-        .unwrap();
+        let c =
+            parse(&format!("[[auth.keys]]\nid = \"k\"\ntenant = \"acme\"\nkey_sha256 = \"{sha}\"\nscope = \"admin\""))
+                .unwrap();
         assert_eq!(c.auth.keys[0].scope, Scope::Admin);
-        assert!(parse(&format!("[[auth.keys]]\nid = \"k\"\ntenant = \"a\"\nkey_sha256 = \"{sha}\"\nscope = \"root\"")).is_err());
+        assert!(
+            parse(&format!("[[auth.keys]]\nid = \"k\"\ntenant = \"a\"\nkey_sha256 = \"{sha}\"\nscope = \"root\""))
+                .is_err()
+        );
         // The id stays visible when the configuration is shown; the hash does not.
         let shown = format!("{:?}", c.redacted().auth.keys[0]);
         assert!(shown.contains("\"k\"") && !shown.contains(&sha), "{shown}");

@@ -278,7 +278,8 @@ mod tests {
 
     #[test]
     fn the_request_span_names_the_key_by_its_id_not_the_key() {
-        let key = ApiKeyConfig { id: "ci-reader".into(), ..ApiKeyConfig::from_plain("acme", "s3cret-key", Scope::Read) };
+        let key =
+            ApiKeyConfig { id: "ci-reader".into(), ..ApiKeyConfig::from_plain("acme", "s3cret-key", Scope::Read) };
         let auth = Auth::new(&AuthConfig { keys: vec![key], ..AuthConfig::default() });
         let captured = Captured::default();
         let writer = captured.clone();

@@ -56,7 +56,10 @@ async fn a_read_key_reads_and_searches_but_cannot_change_memories() {
     expect_scope(reader.patch(&path, &json!({"importance": 0.9})).await, "read_write").await;
     expect_scope(reader.delete(&path).await, "read_write").await;
     let (_, still) = writer.get_json(&path).await;
-    assert_eq!((still["content"].as_str(), still["importance"].clone()), (m["content"].as_str(), m["importance"].clone()));
+    assert_eq!(
+        (still["content"].as_str(), still["importance"].clone()),
+        (m["content"].as_str(), m["importance"].clone())
+    );
 
     // The writer may do all of it.
     assert_eq!(writer.patch(&path, &json!({"importance": 0.9})).await.status(), StatusCode::OK);
