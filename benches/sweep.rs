@@ -184,7 +184,9 @@ async fn measure(url: &str, expiring: u64, searches: usize) -> anyhow::Result<()
     }
     let before = deleted(&http, url).await?;
     if before > 0 {
-        bail!("the sweep began during the idle phase ({before} deleted); start it later (retention.sweep_interval_secs)");
+        bail!(
+            "the sweep began during the idle phase ({before} deleted); start it later (retention.sweep_interval_secs)"
+        );
     }
     // Wait for the sweep to start.
     let waited = Instant::now();

@@ -337,6 +337,9 @@ pub(super) fn worker(
             }
         }
         queues.drop_abandoned(&load);
+        if queues.queries.is_empty() && (!queues.tenants.is_empty() || !queues.background.is_empty()) {
+            yield_to_queries(&load);
+        }
         let step = queues.next_step(&settings);
         if step.is_empty() {
             continue;
@@ -394,6 +397,20 @@ pub(super) fn worker(
         }
     }
 }
+
+/// Write work waits while queries are being embedded elsewhere (on the query
+/// worker), up to a few milliseconds: on a small machine both workers and
+/// the database share the cores, and a search should not share its core
+/// with a write's forward pass.
+fn yield_to_queries(load: &Load) {
+    let until = Instant::now() + QUERY_YIELD;
+    while load.queries.load(Ordering::Acquire) > 0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// The longest a write step waits for queries in flight.
+const QUERY_YIELD: Duration = Duration::from_millis(20);
 
 impl Extend<Plan> for Queues {
     fn extend<I: IntoIterator<Item = Plan>>(&mut self, plans: I) {
