@@ -116,7 +116,10 @@ async fn a_repeated_json_key_is_refused_naming_it() {
 #[tokio::test]
 async fn the_bearer_scheme_is_case_insensitive_and_every_401_names_it() {
     let tenant = format!("t-{}", uuid::Uuid::new_v4().simple());
-    let app = spawn_app_with(|c| c.auth.keys = vec![engram::config::ApiKeyConfig::from_plain(&tenant, "secret-key", Default::default())]).await;
+    let app = spawn_app_with(|c| {
+        c.auth.keys = vec![engram::config::ApiKeyConfig::from_plain(&tenant, "secret-key", Default::default())]
+    })
+    .await;
     let url = format!("{}/v1/memories?agent_id=a", app.base);
     for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
         let r = app.client.get(&url).header("authorization", format!("{scheme} secret-key")).send().await.unwrap();

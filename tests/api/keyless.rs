@@ -84,7 +84,10 @@ async fn a_foreign_host_is_refused_without_keys_and_answered_with_them() {
     // With keys nothing is checked: a page cannot read a visitor's key, and
     // a proxy may use any name.
     let tenant = format!("k-{}", uuid::Uuid::new_v4().simple());
-    let keyed = spawn_app_with(|c| c.auth.keys = vec![engram::config::ApiKeyConfig::from_plain(&tenant, "key-k", Default::default())]).await;
+    let keyed = spawn_app_with(|c| {
+        c.auth.keys = vec![engram::config::ApiKeyConfig::from_plain(&tenant, "key-k", Default::default())]
+    })
+    .await;
     let r = keyed
         .client
         .get(format!("{}/v1/memories?agent_id=a", keyed.base))
