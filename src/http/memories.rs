@@ -57,15 +57,11 @@ fn idempotency_key(headers: &HeaderMap, body_sha256: &str) -> Result<Option<Idem
         (status = 200, description = "A replay of an earlier request with this Idempotency-Key answered 200", body = WriteResponse),
         (status = 201, description = "Written, in request order", body = WriteResponse),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
-        (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read_write`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 409, description = "Idempotency key reused with another body, or still in progress", body = ErrorBody),
         (status = 413, description = "Body over the limit", body = ErrorBody),
         (status = 415, description = "The body is not sent as `Content-Type: application/json`", body = ErrorBody),
         (status = 422, description = "A field is missing, mistyped, repeated or out of range", body = ErrorBody),
-        (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = ["read_write"]))
 )]
@@ -108,13 +104,9 @@ pub async fn create_memories(
     params(("id" = Uuid, Path, description = "Memory id")),
     responses(
         (status = 200, body = MemoryResponse),
-        (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 404, description = "No such memory for this tenant (or expired)", body = ErrorBody),
         (status = 422, description = "The id is not a UUID", body = ErrorBody),
-        (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = ["read"]))
 )]
@@ -135,16 +127,12 @@ pub async fn get_memory(
     responses(
         (status = 200, body = MemoryResponse),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
-        (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read_write`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 404, description = "No such memory for this tenant (or expired)", body = ErrorBody),
         (status = 409, description = "The new content duplicates another valid fact", body = ErrorBody),
         (status = 413, description = "Body over the limit", body = ErrorBody),
         (status = 415, description = "The body is not sent as `Content-Type: application/json`", body = ErrorBody),
         (status = 422, description = "The id is not a UUID, or a field is mistyped, repeated or out of range", body = ErrorBody),
-        (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = ["read_write"]))
 )]
@@ -165,13 +153,9 @@ pub async fn update_memory(
     params(("id" = Uuid, Path, description = "Memory id")),
     responses(
         (status = 204, description = "Deleted"),
-        (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read_write`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 404, description = "No such memory for this tenant", body = ErrorBody),
         (status = 422, description = "The id is not a UUID", body = ErrorBody),
-        (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = ["read_write"]))
 )]
@@ -191,13 +175,9 @@ pub async fn delete_memory(
     params(("id" = Uuid, Path, description = "Memory id")),
     responses(
         (status = 200, body = HistoryResponse),
-        (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 404, description = "No such memory for this tenant", body = ErrorBody),
         (status = 422, description = "The id is not a UUID", body = ErrorBody),
-        (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = ["read"]))
 )]
@@ -233,12 +213,8 @@ pub async fn memory_history(
     responses(
         (status = 200, body = ListResponse),
         (status = 400, description = "Bad cursor", body = ErrorBody),
-        (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 422, description = "Bad parameter", body = ErrorBody),
-        (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = ["read"]))
 )]

@@ -103,25 +103,62 @@ fn api_router() -> OpenApiRouter<AppState> {
 /// The OpenAPI document, as served at `/openapi.json` and committed in `openapi/openapi.json`.
 pub fn openapi() -> utoipa::openapi::OpenApi {
     let mut doc = api_router().split_for_parts().1;
-    document_rate_limits(&mut doc);
+    document_common_responses(&mut doc);
     doc
 }
 
-/// Every `/v1` operation can answer 429 (`limits.rs`): stated once here
-/// rather than on each handler.
-fn document_rate_limits(doc: &mut utoipa::openapi::OpenApi) {
-    use utoipa::openapi::{ContentBuilder, HeaderBuilder, ObjectBuilder, Ref, ResponseBuilder, Type};
-    let response = ResponseBuilder::new()
-        .description("Too many requests with this API key (its rate, or its requests in flight); see Retry-After")
-        .header(
-            "Retry-After",
-            HeaderBuilder::new()
-                .schema(Some(ObjectBuilder::new().schema_type(Type::Integer)))
-                .description(Some("Seconds to wait before retrying"))
-                .build(),
-        )
-        .content("application/json", ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build())
-        .build();
+/// The answers every `/v1` operation can give whatever it does, stated once
+/// here rather than on each handler: 401 (a missing or unknown key, with its
+/// challenge), 429 (`limits.rs`) and 503 (a backend down, or the request's
+/// time ran out), each with the error body.
+fn document_common_responses(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::{ContentBuilder, HeaderBuilder, ObjectBuilder, Ref, Response, ResponseBuilder, Type};
+    let error = |description: &str, header: &str, kind: Type, about: &str| -> Response {
+        ResponseBuilder::new()
+            .description(description)
+            .header(
+                header,
+                HeaderBuilder::new()
+                    .schema(Some(match kind {
+                        // Seconds: a whole number, never negative.
+                        Type::Integer => ObjectBuilder::new().schema_type(kind).minimum(Some(0)),
+                        _ => ObjectBuilder::new().schema_type(kind),
+                    }))
+                    .description(Some(about))
+                    .build(),
+            )
+            .content("application/json", ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build())
+            .build()
+    };
+    let common = [
+        (
+            "401",
+            error(
+                "Missing or unknown API key (when the server has keys)",
+                "WWW-Authenticate",
+                Type::String,
+                "`Bearer`",
+            ),
+        ),
+        (
+            "429",
+            error(
+                "Too many requests with this API key (its rate, or its requests in flight); see Retry-After",
+                "Retry-After",
+                Type::Integer,
+                "Seconds to wait before retrying",
+            ),
+        ),
+        (
+            "503",
+            error(
+                "A backend is unavailable or the request timed out",
+                "Retry-After",
+                Type::Integer,
+                "Seconds to wait before retrying",
+            ),
+        ),
+    ];
     for (path, item) in doc.paths.paths.iter_mut() {
         if !path.starts_with("/v1/") {
             continue;
@@ -129,7 +166,9 @@ fn document_rate_limits(doc: &mut utoipa::openapi::OpenApi) {
         for op in
             [&mut item.get, &mut item.post, &mut item.patch, &mut item.put, &mut item.delete].into_iter().flatten()
         {
-            op.responses.responses.insert("429".to_string(), response.clone().into());
+            for (status, response) in &common {
+                op.responses.responses.insert(status.to_string(), response.clone().into());
+            }
         }
     }
 }

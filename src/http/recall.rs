@@ -196,14 +196,10 @@ fn search_params(
     responses(
         (status = 200, body = SearchResponse),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
-        (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 413, description = "Body over the limit", body = ErrorBody),
         (status = 415, description = "The body is not sent as `Content-Type: application/json`", body = ErrorBody),
         (status = 422, description = "A field is missing, mistyped, repeated or out of range", body = ErrorBody),
-        (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = ["read"]))
 )]
@@ -249,14 +245,10 @@ pub async fn search_memories(
     responses(
         (status = 200, body = ContextResponse),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
-        (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 413, description = "Body over the limit", body = ErrorBody),
         (status = 415, description = "The body is not sent as `Content-Type: application/json`", body = ErrorBody),
         (status = 422, description = "A field is missing, mistyped, repeated or out of range, or the budget is negative", body = ErrorBody),
-        (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = ["read"]))
 )]

@@ -69,12 +69,8 @@ impl From<TierPreview> for TierPreviewResponse {
     params(("limit" = Option<usize>, Query)),
     responses(
         (status = 200, body = RetentionPreviewResponse),
-        (status = 401, description = "Missing or unknown API key (when the server has keys)", body = ErrorBody,
-            headers(("WWW-Authenticate" = String, description = "`Bearer`"))),
         (status = 403, description = "The key's scope is too small (insufficient_scope; needs `admin`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 422, description = "Bad parameter", body = ErrorBody),
-        (status = 503, description = "A backend is unavailable or the request timed out", body = ErrorBody,
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     ),
     security(("bearer" = ["admin"]))
 )]
