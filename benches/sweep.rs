@@ -14,6 +14,13 @@
 //!     search latency idle (before the first sweep), then while the sweep
 //!     deletes the M expired memories (read from /metrics), and the sweep's
 //!     rate.
+//!
+//! Erasure (`scripts/bench-erasure.sh`) uses the same data: `generate
+//! --subject-rows N` gives the live memories users (`user-0` … `user-49`),
+//! N of them the user `subject`; `erase --url URL` then measures search
+//! latency idle, erases `subject` through `POST /v1/erasure`, and measures
+//! search latency (of the other users' memories, same agent) until the
+//! erasure completes.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -50,6 +57,16 @@ enum Command {
         expiring: usize,
         #[arg(long)]
         model_dir: String,
+        /// Live memories given to the user `subject` (the rest to 50 other users).
+        #[arg(long)]
+        subject_rows: Option<usize>,
+    },
+    Erase {
+        #[arg(long)]
+        url: String,
+        /// Searches of the idle phase.
+        #[arg(long, default_value_t = 300)]
+        searches: usize,
     },
     Measure {
         #[arg(long)]
@@ -65,6 +82,8 @@ enum Command {
 pub const TENANT: &str = "bench-sweep";
 pub const LIVE_AGENT: &str = "agent-live";
 pub const EXPIRING_AGENT: &str = "agent-expiring";
+/// The user `erase` erases.
+pub const SUBJECT: &str = "subject";
 
 const SUBJECTS: &[&str] = &["The user", "Alice", "The customer", "Bob from accounting", "The team lead", "Our client"];
 const VERBS: &[&str] = &["mentioned", "asked about", "complained about", "confirmed", "postponed", "forgot"];
@@ -88,7 +107,13 @@ fn sentence(i: usize) -> String {
     format!("{s} {v} {t} (case {})", i / (SUBJECTS.len() * VERBS.len() * THINGS.len()))
 }
 
-async fn generate(out: &std::path::Path, live: usize, expiring: usize, model_dir: String) -> anyhow::Result<()> {
+async fn generate(
+    out: &std::path::Path,
+    live: usize,
+    expiring: usize,
+    model_dir: String,
+    subject_rows: Option<usize>,
+) -> anyhow::Result<()> {
     let config = LocalConfig { model_dir, runtime: LocalRuntime::OnnxInt8, ..LocalConfig::default() };
     let embedder = LocalEmbedder::new(&config).context("loading the bundled model")?;
     let bases: Vec<String> = (0..2_000).map(sentence).collect();
@@ -125,8 +150,16 @@ async fn generate(out: &std::path::Path, live: usize, expiring: usize, model_dir
             (LIVE_AGENT, "permanent", None)
         };
         let at = created + chrono::Duration::milliseconds(i as i64);
+        // Spread evenly: every `live / subject` rows one is the subject's.
+        let user = subject_rows.filter(|_| !expiring_row).map(|n| {
+            if n > 0 && i % (live / n).max(1) == 0 && i / (live / n).max(1) < n {
+                SUBJECT.to_string()
+            } else {
+                format!("user-{}", i % 50)
+            }
+        });
         let record = json!({
-            "kind": "memory", "id": Uuid::now_v7(), "tier": "episodic", "agent_id": agent, "user_id": null,
+            "kind": "memory", "id": Uuid::now_v7(), "tier": "episodic", "agent_id": agent, "user_id": user,
             "session_id": null, "content": content, "importance": 0.5, "retention": retention, "metadata": {},
             "private": false, "occurred_at": at, "created_at": at, "updated_at": at, "expires_at": expires_at,
             "access_count": 0, "last_accessed_at": null, "embedding_model": "all-MiniLM-L6-v2-int8",
@@ -234,11 +267,74 @@ async fn measure(url: &str, expiring: u64, searches: usize) -> anyhow::Result<()
     Ok(())
 }
 
+/// Search latency idle, then while `subject` is erased; the erasure's time
+/// from request to `completed`, and its receipt's counts.
+async fn erase(url: &str, searches: usize) -> anyhow::Result<()> {
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build()?;
+    for i in 0..30 {
+        search(&http, url, i).await?;
+    }
+    let mut idle = Vec::new();
+    for i in 0..searches {
+        idle.push(search(&http, url, i).await?);
+    }
+    let started = Instant::now();
+    let r = http.post(format!("{url}/v1/erasure")).json(&json!({"user_id": SUBJECT})).send().await?;
+    let accepted_ms = started.elapsed().as_secs_f64() * 1e3;
+    let status = r.status();
+    let body: Value = r.json().await?;
+    if status.as_u16() != 202 {
+        bail!("erasure: HTTP {status}: {body}");
+    }
+    let id = body["id"].as_str().context("an erasure id")?.to_string();
+    let mut during = Vec::new();
+    let mut last_poll = Instant::now();
+    let mut i = 0;
+    let receipt = loop {
+        during.push(search(&http, url, i).await?);
+        i += 1;
+        if last_poll.elapsed() > Duration::from_millis(100) {
+            last_poll = Instant::now();
+            let r: Value = http.get(format!("{url}/v1/erasure/{id}")).send().await?.json().await?;
+            match r["state"].as_str() {
+                Some("completed") => break r,
+                Some("failed") => bail!("the erasure failed: {r}"),
+                _ => {}
+            }
+        }
+        if started.elapsed() > Duration::from_secs(1_800) {
+            bail!("the erasure had not completed after 30 minutes");
+        }
+    };
+    let secs = started.elapsed().as_secs_f64();
+    println!("| phase | searches | p50 ms | p95 ms | max ms | erasure |");
+    println!("|---|---|---|---|---|---|");
+    println!(
+        "| idle | {} | {:.1} | {:.1} | {:.1} | |",
+        idle.len(),
+        percentile(&idle, 50.0),
+        percentile(&idle, 95.0),
+        percentile(&idle, 100.0)
+    );
+    println!(
+        "| during the erasure | {} | {:.1} | {:.1} | {:.1} | accepted in {accepted_ms:.0} ms, completed in {secs:.1} s; deleted {} |",
+        during.len(),
+        percentile(&during, 50.0),
+        percentile(&during, 95.0),
+        percentile(&during, 100.0),
+        receipt["deleted"]
+    );
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     match args.command {
-        Command::Generate { out, live, expiring, model_dir } => generate(&out, live, expiring, model_dir).await,
+        Command::Generate { out, live, expiring, model_dir, subject_rows } => {
+            generate(&out, live, expiring, model_dir, subject_rows).await
+        }
+        Command::Erase { url, searches } => erase(url.as_str(), searches).await,
         Command::Measure { url, expiring, searches } => measure(&url, expiring, searches).await,
     }
 }

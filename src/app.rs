@@ -35,6 +35,8 @@ pub struct AppState {
     pub db_pool: DbPool,
     /// The retention sweep, for its dry run and gauges (the job runs it too).
     pub retention: Arc<jobs::retention::RetentionSweep>,
+    /// Erasure requests and receipts, and the audit log (the worker runs it too).
+    pub eraser: Arc<jobs::erasure::Eraser>,
     /// The OpenAPI document, rendered once.
     pub openapi_json: Arc<String>,
     pub body_limit: usize,
@@ -89,6 +91,7 @@ pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::
         );
     }
     let (access, access_rx) = crate::recall::AccessRecorder::new(10_000);
+    let erasing = Arc::new(crate::domain::erasure::Erasing::default());
     let service = MemoryService {
         store: storage.memories.clone(),
         working: storage.working.clone(),
@@ -107,6 +110,7 @@ pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::
             config.facts.multi_valued_predicates.iter().map(String::as_str),
         ),
         retention: config.retention.policy(),
+        erasing: erasing.clone(),
     };
     let retention = jobs::retention::RetentionSweep {
         sweep: storage.sweep.clone(),
@@ -115,8 +119,21 @@ pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::
         decay: config.retention.decay_rule(),
         batch: config.retention.sweep_batch,
     };
+    let eraser = jobs::erasure::Eraser {
+        erasure: storage.erasure.clone(),
+        sweep: storage.sweep.clone(),
+        working: storage.working.clone(),
+        transfer: storage.transfer.clone(),
+        skills: storage.skills.clone(),
+        clock: service.clock.clone(),
+        erasing,
+        backend: storage.name,
+        batch: config.erasure.batch,
+        wake: tokio::sync::Notify::new(),
+    };
     let state = AppState {
         retention: Arc::new(retention),
+        eraser: Arc::new(eraser),
         service: Arc::new(service),
         auth: Arc::new(auth),
         metrics: crate::telemetry::metrics_handle(),

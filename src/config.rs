@@ -36,6 +36,8 @@ pub struct Config {
     pub search: SearchConfig,
     /// How long memories are kept, and the sweep that deletes them.
     pub retention: RetentionConfig,
+    /// The erasure worker.
+    pub erasure: ErasureConfig,
     /// Per-agent settings: `[agents.<agent_id>]`.
     pub agents: std::collections::BTreeMap<String, AgentConfig>,
     pub log: LogConfig,
@@ -123,6 +125,24 @@ pub struct RetentionConfig {
     /// Rows deleted per transaction.
     pub sweep_batch: usize,
     pub decay: DecayConfig,
+}
+
+/// `[erasure]`: the worker that deletes what an erasure request claimed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ErasureConfig {
+    /// Seconds between the worker's looks for unfinished erasures (a new
+    /// request wakes it at once; this bounds retries after a failure and the
+    /// pick-up of requests accepted by another replica).
+    pub poll_interval_secs: u64,
+    /// Rows deleted per transaction.
+    pub batch: usize,
+}
+
+impl Default for ErasureConfig {
+    fn default() -> Self {
+        Self { poll_interval_secs: 10, batch: 500 }
+    }
 }
 
 /// `[retention.decay]`: forgetting memories whose retention score decayed.
@@ -861,6 +881,12 @@ impl Config {
         }
         if r.sweep_batch == 0 || r.sweep_batch > 10_000 {
             return bad("retention.sweep_batch", "must be between 1 and 10000");
+        }
+        if self.erasure.batch == 0 || self.erasure.batch > 10_000 {
+            return bad("erasure.batch", "must be between 1 and 10000");
+        }
+        if self.erasure.poll_interval_secs == 0 || self.erasure.poll_interval_secs > 86_400 {
+            return bad("erasure.poll_interval_secs", "must be between 1 and 86400");
         }
         if !(r.decay.half_life_days > 0.0 && r.decay.half_life_days <= 36_500.0) {
             return bad("retention.decay.half_life_days", "must be more than 0 and at most 36500");

@@ -48,6 +48,8 @@ pub enum ApiError {
     InvalidCursor,
     #[error("no memory with this id")]
     MemoryNotFound,
+    #[error("no erasure with this id")]
+    ErasureNotFound,
     #[error("no such route")]
     RouteNotFound,
     #[error("method not allowed on this route")]
@@ -91,6 +93,7 @@ impl ApiError {
             ApiError::InvalidField(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_field"),
             ApiError::InvalidCursor => (StatusCode::BAD_REQUEST, "invalid_cursor"),
             ApiError::MemoryNotFound => (StatusCode::NOT_FOUND, "memory_not_found"),
+            ApiError::ErasureNotFound => (StatusCode::NOT_FOUND, "erasure_not_found"),
             ApiError::RouteNotFound => (StatusCode::NOT_FOUND, "route_not_found"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),

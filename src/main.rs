@@ -62,10 +62,26 @@ enum Command {
         /// The export to read; `-` or nothing reads standard input.
         file: Option<PathBuf>,
     },
+    /// The audit log of erasures, exports and imports.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
     /// Print the OpenAPI document.
     Openapi,
     /// Print the effective configuration, secrets masked.
     Config,
+}
+
+#[derive(Subcommand)]
+enum AuditCommand {
+    /// Recompute the audit log's hash chains from the first entry and name
+    /// the first entry that was edited, removed or reordered (exit status 1).
+    Verify {
+        /// Only this tenant's chain (default: every tenant's).
+        #[arg(long)]
+        tenant: Option<String>,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -103,6 +119,9 @@ fn main() -> std::process::ExitCode {
             runtime().and_then(|rt| rt.block_on(export(config, tenant, vectors, output)))
         }
         Command::Import { tenant, file } => runtime().and_then(|rt| rt.block_on(import(config, tenant, file))),
+        Command::Audit { command: AuditCommand::Verify { tenant } } => {
+            runtime().and_then(|rt| rt.block_on(verify_audit(config, tenant)))
+        }
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -160,11 +179,60 @@ async fn export(config: Config, tenant: String, vectors: bool, output: Option<Pa
             engram::transfer::export(&storage, &tenant, vectors, &mut out, now).await
         }
     };
+    let audited = match &counts {
+        Ok(counts) => {
+            let counts: serde_json::Map<String, serde_json::Value> =
+                counts.iter().map(|(tier, n)| (tier.as_str().to_string(), (*n).into())).collect();
+            audit(&storage, &tenant, "export", serde_json::json!({"tenant": tenant, "vectors": vectors}), counts.into())
+                .await
+        }
+        Err(_) => Ok(()),
+    };
     storage.maintenance.close().await;
     let counts = counts?;
+    audited?;
     let listed: Vec<String> = counts.iter().map(|(tier, n)| format!("{} {n}", tier.as_str())).collect();
     eprintln!("exported tenant {tenant}: {}", listed.join(", "));
     Ok(())
+}
+
+/// Appends an entry for a command-line operation to the tenant's audit log.
+async fn audit(
+    storage: &engram::store::Storage,
+    tenant: &str,
+    operation: &str,
+    target: serde_json::Value,
+    counts: serde_json::Value,
+) -> anyhow::Result<()> {
+    let entry = engram::domain::erasure::NewAuditEntry {
+        tenant: tenant.to_string(),
+        at: chrono::Utc::now(),
+        actor: "cli".into(),
+        operation: operation.into(),
+        target,
+        counts,
+    };
+    storage.erasure.append_audit(&entry).await.context("appending to the audit log")?;
+    Ok(())
+}
+
+async fn verify_audit(config: Config, tenant: Option<String>) -> anyhow::Result<()> {
+    engram::telemetry::init_logging(&config.log);
+    let storage = engram::app::open_storage(&config, chrono::Utc::now()).await?;
+    let result = engram::jobs::erasure::verify_audit(storage.erasure.as_ref(), tenant.as_deref()).await;
+    storage.maintenance.close().await;
+    match result? {
+        (checked, None) => {
+            println!("audit log intact: {checked} entries verified");
+            Ok(())
+        }
+        (checked, Some(broken)) => anyhow::bail!(
+            "audit log broken at entry seq {} (tenant {}): {}; {checked} entries before it verified",
+            broken.seq,
+            broken.tenant,
+            broken.reason
+        ),
+    }
 }
 
 async fn import(config: Config, tenant: Option<String>, file: Option<PathBuf>) -> anyhow::Result<()> {
@@ -178,7 +246,23 @@ async fn import(config: Config, tenant: Option<String>, file: Option<PathBuf>) -
         }
         None => engram::transfer::import(&storage, tenant.as_deref(), std::io::stdin().lock(), now).await,
     };
+    let audited = match &summary {
+        Ok(s) => {
+            let counts: serde_json::Map<String, serde_json::Value> = s
+                .tiers
+                .iter()
+                .map(|(tier, t)| {
+                    let v = serde_json::json!({"imported": t.imported, "skipped_existing": t.skipped_existing,
+                        "skipped_expired": t.skipped_expired});
+                    (tier.as_str().to_string(), v)
+                })
+                .collect();
+            audit(&storage, &s.tenant, "import", serde_json::json!({"tenant": s.tenant}), counts.into()).await
+        }
+        Err(_) => Ok(()),
+    };
     storage.maintenance.close().await;
     print!("{}", summary?);
+    audited?;
     Ok(())
 }

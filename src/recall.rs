@@ -305,7 +305,7 @@ impl MemoryService {
         timings.text_ms = legs.text_ms;
         timings.working_ms = working_ms;
         let working = match working {
-            Some(Ok(entries)) => entries,
+            Some(Ok(entries)) => entries.into_iter().filter(|m| !self.erasing.hides(tenant, m)).collect(),
             Some(Err(e)) if p.tiers == [Tier::Working] => return Err(e.into()),
             Some(Err(e)) => {
                 tracing::warn!(error = %e, "searching without working memory: Redis unavailable");

@@ -74,6 +74,9 @@ pub struct MemoryService {
     /// How long each retention keeps a memory (the expiry of writes and of
     /// patches that change the retention).
     pub retention: RetentionPolicy,
+    /// Erasures accepted and not finished: their working-memory entries and
+    /// cached skills are not returned while the worker deletes them.
+    pub erasing: Arc<crate::domain::erasure::Erasing>,
 }
 
 /// The body of a write response, in request order, as remembered for an
@@ -267,6 +270,7 @@ impl MemoryService {
     pub async fn get(&self, tenant: &str, id: Uuid) -> ServiceResult<Memory> {
         let now = self.clock.now();
         let redis_error = match self.working.get(tenant, id).await {
+            Ok(Some(m)) if self.erasing.hides(tenant, &m) => return Err(StoreError::NotFound.into()),
             Ok(Some(m)) => return Ok(m),
             Ok(None) => None,
             Err(e) => Some(e),
@@ -274,6 +278,7 @@ impl MemoryService {
         if redis_error.is_none()
             && let Ok(Some(m)) = self.skills.get(tenant, id).await
             && !m.is_expired(now)
+            && !self.erasing.hides(tenant, &m)
         {
             return Ok(m);
         }
@@ -302,13 +307,49 @@ impl MemoryService {
             && let (Some(agent), Some(session)) = (&filter.agent_id, &filter.session_id)
         {
             match self.working.session(tenant, agent, session).await {
-                Ok(entries) => out.extend(entries.into_iter().filter(|m| filter.matches(m) && !m.is_expired(now))),
+                Ok(entries) => out.extend(
+                    entries
+                        .into_iter()
+                        .filter(|m| filter.matches(m) && !m.is_expired(now) && !self.erasing.hides(tenant, m)),
+                ),
                 Err(e) if filter.tiers == [Tier::Working] => return Err(e.into()),
                 Err(e) => tracing::warn!(error = %e, "listing without working memory: Redis unavailable"),
             }
         }
         out.sort_by_key(|m| std::cmp::Reverse((m.created_at, m.id)));
         out.truncate(filter.limit + 1);
+        Ok(out)
+    }
+
+    /// Every live memory of one user, all tiers (a data subject's export):
+    /// the persistent tiers newest first, then the user's working-memory
+    /// entries. Memories an unfinished erasure covers are left out.
+    pub async fn subject_memories(&self, tenant: &str, user_id: &str) -> ServiceResult<Vec<Memory>> {
+        let now = self.clock.now();
+        let mut filter = ListFilter {
+            user_id: Some(user_id.to_string()),
+            tiers: vec![Tier::Episodic, Tier::Semantic, Tier::Procedural],
+            limit: 500,
+            include_superseded: true,
+            ..ListFilter::default()
+        };
+        let mut out = Vec::new();
+        loop {
+            let mut page = self.store.list(tenant, &filter, now).await?;
+            let more = page.len() > filter.limit;
+            page.truncate(filter.limit);
+            filter.after = page.last().map(|m| crate::store::Cursor { created_at: m.created_at, id: m.id });
+            out.extend(page);
+            if !more {
+                break;
+            }
+        }
+        let working = self.working.entries(tenant).await?;
+        out.extend(
+            working.into_iter().filter(|m| {
+                m.user_id.as_deref() == Some(user_id) && !m.is_expired(now) && !self.erasing.hides(tenant, m)
+            }),
+        );
         Ok(out)
     }
 
@@ -372,6 +413,7 @@ impl MemoryService {
     pub async fn history(&self, tenant: &str, id: Uuid) -> ServiceResult<Vec<Memory>> {
         let now = self.clock.now();
         match self.working.get(tenant, id).await {
+            Ok(Some(m)) if self.erasing.hides(tenant, &m) => return Err(StoreError::NotFound.into()),
             Ok(Some(m)) => return Ok(vec![m]),
             Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, "history without working memory: Redis unavailable"),

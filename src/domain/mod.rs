@@ -8,6 +8,7 @@ pub mod classify;
 pub mod content;
 pub mod context;
 pub mod draft;
+pub mod erasure;
 pub mod facts;
 pub mod memory;
 pub mod retention;

@@ -285,6 +285,17 @@ pub struct ReadTenant(pub String);
 #[derive(Debug, Clone)]
 pub struct AdminTenant(pub String);
 
+/// An `admin` key's tenant and the key's id (`keyless` without keys), for
+/// operations the audit log records.
+#[derive(Debug, Clone)]
+pub struct AdminActor {
+    pub tenant: String,
+    pub key_id: String,
+}
+
+/// The actor the audit log names for requests of a server without keys.
+pub const KEYLESS_ACTOR: &str = "keyless";
+
 /// One configured key: its hash, and what it stands for.
 struct Key {
     sha256: [u8; 32],
@@ -346,8 +357,13 @@ impl Auth {
     /// The key's id (never the key) is recorded in the request's span as
     /// `key_id`, also when its scope is too small.
     pub fn authorize(&self, headers: &axum::http::HeaderMap, needs: Scope) -> Result<String, ApiError> {
+        self.authorize_key(headers, needs).map(|(tenant, _)| tenant)
+    }
+
+    /// `authorize`, with the key's id (`keyless` without keys).
+    pub fn authorize_key(&self, headers: &axum::http::HeaderMap, needs: Scope) -> Result<(String, String), ApiError> {
         if self.is_open() {
-            return Ok(self.open_tenant.clone());
+            return Ok((self.open_tenant.clone(), KEYLESS_ACTOR.to_string()));
         }
         let token = headers
             .get(axum::http::header::AUTHORIZATION)
@@ -359,7 +375,7 @@ impl Auth {
         if key.scope < needs {
             return Err(ApiError::InsufficientScope { has: key.scope, needs });
         }
-        Ok(key.tenant.clone())
+        Ok((key.tenant.clone(), key.id.clone()))
     }
 }
 
@@ -376,6 +392,15 @@ impl FromRequestParts<AppState> for ReadTenant {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         state.auth.authorize(&parts.headers, Scope::Read).map(ReadTenant)
+    }
+}
+
+impl FromRequestParts<AppState> for AdminActor {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let (tenant, key_id) = state.auth.authorize_key(&parts.headers, Scope::Admin)?;
+        Ok(AdminActor { tenant, key_id })
     }
 }
 

@@ -3,6 +3,7 @@
 //! advisory locks, so any number of replicas can run them.
 
 pub mod access;
+pub mod erasure;
 pub mod maintenance;
 pub mod outbox;
 pub mod reembed;
@@ -34,6 +35,8 @@ pub fn spawn_all(tracker: &TaskTracker, app: &mut App, shutdown: CancellationTok
         let job = outbox::Outbox { service: app.state.service.clone() };
         tracker.spawn(job.run(std::time::Duration::from_secs(app.config.redis.outbox_interval_secs), shutdown.clone()));
     }
+    let every = std::time::Duration::from_secs(app.config.erasure.poll_interval_secs);
+    tracker.spawn(app.state.eraser.clone().run(every, shutdown.clone()));
     if app.config.retention.sweep_interval_secs > 0 {
         let every = std::time::Duration::from_secs(app.config.retention.sweep_interval_secs);
         tracker.spawn(app.state.retention.clone().run(every, shutdown.clone()));

@@ -10,11 +10,12 @@
 //! (export and import) and `Sweep` (deleting what retention no longer keeps).
 //! `Storage` (in `storage.rs`) holds one handle of each,
 //! built in one place, so no caller matches on the backend. A new kind of
-//! administrative work is a new capability implemented once per backend: an
-//! `Erasure` capability (everything of one user or tenant, from every store)
-//! comes next this way.
+//! administrative work is a new capability implemented once per backend, as
+//! `erasure::Erasures` (a data subject's memories from every store, and the
+//! audit log) is.
 
 pub mod breaker;
+pub mod erasure;
 pub mod postgres;
 pub mod redis;
 pub mod sqlite;
@@ -433,6 +434,8 @@ pub trait WorkingMemory: Send + Sync {
     async fn get(&self, tenant: &str, id: Uuid) -> StoreResult<Option<Memory>>;
     /// A session's live entries, oldest first.
     async fn session(&self, tenant: &str, agent_id: &str, session_id: &str) -> StoreResult<Vec<Memory>>;
+    /// Every live entry of a tenant, each session oldest first.
+    async fn entries(&self, tenant: &str) -> StoreResult<Vec<Memory>>;
     /// Rewrites an entry in place (after a patch), with its new expiry.
     async fn replace(&self, tenant: &str, memory: &Memory, now: DateTime<Utc>) -> StoreResult<()>;
 }

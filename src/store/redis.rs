@@ -160,6 +160,16 @@ impl RedisStore {
         pipeline.all().await.map_err(|e| self.unavailable(e))
     }
 
+    /// How many of these skills the cache holds (an erasure's verification).
+    pub async fn cached_skills(&self, tenant: &str, ids: &[Uuid]) -> StoreResult<u64> {
+        let mut n = 0;
+        for id in ids {
+            let exists: i64 = self.pool.exists(self.skill_key(tenant, *id)).await.map_err(|e| self.unavailable(e))?;
+            n += exists as u64;
+        }
+        Ok(n)
+    }
+
     /// Every live working-memory entry of a tenant, session by session (in
     /// key order), each session oldest first (for export). The session
     /// lists are found with SCAN, which never blocks Redis.
@@ -225,6 +235,10 @@ impl RedisStore {
     /// time out by itself, and waits for a reconnection that may never come.
     async fn scan(&self, pattern: String) -> StoreResult<Vec<String>> {
         use futures::{StreamExt, TryStreamExt};
+        // A SCAN stream of a client that lost its connection can end empty
+        // instead of failing: an empty answer must mean "no keys", never
+        // "Redis is down" (an erasure's verification relies on it).
+        let _: String = self.pool.ping(None).await.map_err(|e| self.unavailable(e))?;
         let client = self.pool.next();
         let mut stream = if client.is_clustered() {
             client.scan_cluster_buffered(pattern, Some(500), None).boxed()
@@ -279,6 +293,10 @@ fn glob_escape(s: &str) -> String {
 impl WorkingMemory for RedisStore {
     fn available(&self) -> StoreResult<()> {
         if self.breaker.is_open() { Err(self.refused()) } else { Ok(()) }
+    }
+
+    async fn entries(&self, tenant: &str) -> StoreResult<Vec<Memory>> {
+        RedisStore::entries(self, tenant).await
     }
 
     async fn ping(&self) -> StoreResult<()> {

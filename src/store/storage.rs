@@ -12,6 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
+use super::erasure::{ErasureTx, Erasures};
 use super::postgres::PgStore;
 use super::redis::RedisStore;
 use super::sqlite::{LocalSkillCache, SqliteStore};
@@ -19,6 +20,7 @@ use super::{
     Cursor, Doomed, Maintenance, MemoryStore, SkillCache, StoreResult, StoredMemory, Sweep, SweepCursor, SweepLease,
     Transfer, WorkingMemory,
 };
+use crate::domain::erasure::{AuditEntry, Counts, ErasureRecord, NewAuditEntry};
 use crate::domain::retention::{DecayCandidate, DecayRule};
 use crate::domain::{Memory, Tier};
 
@@ -37,6 +39,8 @@ pub struct Storage {
     pub transfer: Arc<dyn Transfer>,
     /// Deleting expired and decayed memories.
     pub sweep: Arc<dyn Sweep>,
+    /// Erasing a data subject's memories, and the audit log.
+    pub erasure: Arc<dyn Erasures>,
     /// The connection pool, for the pool gauges.
     pub pool: DbPool,
     /// The backend's own handle, for tests that look at its tables directly
@@ -79,7 +83,8 @@ impl Storage {
             skills: redis,
             maintenance: both.clone(),
             transfer: both.clone(),
-            sweep: both,
+            sweep: both.clone(),
+            erasure: both,
             pool: DbPool::Postgres(pg.pool().clone()),
             raw: Raw::Postgres(pg),
         }
@@ -96,7 +101,8 @@ impl Storage {
             skills: Arc::new(LocalSkillCache::new(skill_ttl, skill_entries)),
             maintenance: handle.clone(),
             transfer: handle.clone(),
-            sweep: handle,
+            sweep: handle.clone(),
+            erasure: handle,
             pool: DbPool::Sqlite(store.pool().clone()),
             raw: Raw::Embedded(store),
         }
@@ -296,5 +302,142 @@ impl Transfer for SqliteStore {
 
     async fn working_entries(&self, tenant: &str) -> StoreResult<Vec<Memory>> {
         self.working_memory().entries(tenant).await
+    }
+}
+
+#[async_trait]
+impl Erasures for PostgresRedis {
+    async fn begin_erasure(&self) -> StoreResult<Box<dyn ErasureTx>> {
+        self.pg.begin_erasure().await
+    }
+
+    async fn erasure(&self, tenant: &str, id: uuid::Uuid) -> StoreResult<Option<ErasureRecord>> {
+        self.pg.erasure(tenant, id).await
+    }
+
+    async fn unfinished(&self, limit: usize) -> StoreResult<Vec<ErasureRecord>> {
+        self.pg.unfinished_erasures(limit).await
+    }
+
+    async fn update_erasure(&self, record: &ErasureRecord) -> StoreResult<()> {
+        self.pg.update_erasure(record).await
+    }
+
+    async fn claimed(&self, tenant: &str, erasure: uuid::Uuid) -> StoreResult<Vec<(Tier, uuid::Uuid)>> {
+        self.pg.claimed(tenant, erasure).await
+    }
+
+    async fn release(&self, tenant: &str, erasure: uuid::Uuid) -> StoreResult<()> {
+        self.pg.release(tenant, erasure).await
+    }
+
+    async fn try_lease(&self) -> StoreResult<Option<SweepLease>> {
+        self.pg.try_lease_erasures().await
+    }
+
+    async fn sample_vectors(
+        &self,
+        tenant: &str,
+        rows: &[(Tier, uuid::Uuid)],
+        limit: usize,
+    ) -> StoreResult<Vec<(Tier, super::Embedding)>> {
+        self.pg.sample_vectors(tenant, rows, limit).await
+    }
+
+    async fn purge(&self) -> StoreResult<std::collections::BTreeMap<String, String>> {
+        self.pg.vacuum_for_erasure().await?;
+        Ok(super::postgres::vacuumed())
+    }
+
+    async fn verify(
+        &self,
+        record: &ErasureRecord,
+        claimed: &[(Tier, uuid::Uuid)],
+        samples: &[(Tier, super::Embedding)],
+    ) -> StoreResult<Counts> {
+        let mut found = Counts::new();
+        self.pg.verify_erasure(record, claimed, samples, &mut found).await?;
+        let working = self
+            .redis
+            .entries(&record.tenant)
+            .await?
+            .iter()
+            .filter(|m| record.subject.covers(m, record.requested_at))
+            .count();
+        crate::domain::erasure::Receipt::add(&mut found, "redis", "working", working as u64);
+        let skills: Vec<uuid::Uuid> =
+            claimed.iter().filter(|(t, _)| *t == Tier::Procedural).map(|(_, id)| *id).collect();
+        let cached = self.redis.cached_skills(&record.tenant, &skills).await?;
+        crate::domain::erasure::Receipt::add(&mut found, "redis", "skill_cache", cached);
+        Ok(found)
+    }
+
+    async fn append_audit(&self, entry: &NewAuditEntry) -> StoreResult<AuditEntry> {
+        self.pg.append_audit(entry).await
+    }
+
+    async fn audit_page(&self, tenant: Option<&str>, after: i64, limit: usize) -> StoreResult<Vec<AuditEntry>> {
+        self.pg.audit_page(tenant, after, limit).await
+    }
+}
+
+#[async_trait]
+impl Erasures for SqliteStore {
+    async fn begin_erasure(&self) -> StoreResult<Box<dyn ErasureTx>> {
+        SqliteStore::begin_erasure(self).await
+    }
+
+    async fn erasure(&self, tenant: &str, id: uuid::Uuid) -> StoreResult<Option<ErasureRecord>> {
+        SqliteStore::erasure(self, tenant, id).await
+    }
+
+    async fn unfinished(&self, limit: usize) -> StoreResult<Vec<ErasureRecord>> {
+        self.unfinished_erasures(limit).await
+    }
+
+    async fn update_erasure(&self, record: &ErasureRecord) -> StoreResult<()> {
+        SqliteStore::update_erasure(self, record).await
+    }
+
+    async fn claimed(&self, tenant: &str, erasure: uuid::Uuid) -> StoreResult<Vec<(Tier, uuid::Uuid)>> {
+        SqliteStore::claimed(self, tenant, erasure).await
+    }
+
+    async fn release(&self, tenant: &str, erasure: uuid::Uuid) -> StoreResult<()> {
+        SqliteStore::release(self, tenant, erasure).await
+    }
+
+    async fn try_lease(&self) -> StoreResult<Option<SweepLease>> {
+        self.try_lease_erasures().await
+    }
+
+    async fn sample_vectors(
+        &self,
+        _tenant: &str,
+        _rows: &[(Tier, uuid::Uuid)],
+        _limit: usize,
+    ) -> StoreResult<Vec<(Tier, super::Embedding)>> {
+        Ok(self.sample_vectors_none())
+    }
+
+    async fn purge(&self) -> StoreResult<std::collections::BTreeMap<String, String>> {
+        self.checkpoint_for_erasure().await
+    }
+
+    async fn verify(
+        &self,
+        record: &ErasureRecord,
+        claimed: &[(Tier, uuid::Uuid)],
+        _samples: &[(Tier, super::Embedding)],
+    ) -> StoreResult<Counts> {
+        self.verify_erasure(record, claimed).await
+    }
+
+    async fn append_audit(&self, entry: &NewAuditEntry) -> StoreResult<AuditEntry> {
+        SqliteStore::append_audit(self, entry).await
+    }
+
+    async fn audit_page(&self, tenant: Option<&str>, after: i64, limit: usize) -> StoreResult<Vec<AuditEntry>> {
+        SqliteStore::audit_page(self, tenant, after, limit).await
     }
 }

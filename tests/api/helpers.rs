@@ -49,6 +49,8 @@ pub struct TestApp {
     pub retention: Arc<RetentionSweep>,
     /// The service, for jobs tests run with `run_once` (the outbox).
     pub service: Arc<engram::service::MemoryService>,
+    /// Erasure requests and the audit log.
+    pub eraser: Arc<engram::jobs::erasure::Eraser>,
     pub config: Config,
     /// Bearer key sent with every request, when the app has keys.
     pub api_key: Option<String>,
@@ -144,6 +146,7 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
     let store = app.state.service.store.clone();
     let retention = app.state.retention.clone();
     let service = app.state.service.clone();
+    let eraser = app.state.eraser.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let shutdown = CancellationToken::new();
@@ -156,6 +159,7 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
         store,
         retention,
         service,
+        eraser,
         config,
         api_key: None,
         shutdown,
@@ -189,6 +193,7 @@ impl TestApp {
             store: self.store.clone(),
             retention: self.retention.clone(),
             service: self.service.clone(),
+            eraser: self.eraser.clone(),
             config: self.config.clone(),
             api_key: Some(key.to_string()),
             // A second handle must not stop the server when dropped.

@@ -4,6 +4,7 @@
 
 mod connections;
 mod contract;
+mod erasure;
 mod errors;
 mod helpers;
 mod inputs;

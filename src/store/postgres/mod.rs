@@ -4,6 +4,8 @@
 //! (`WriteTx`) in `write.rs`; export and import of a tenant's rows in
 //! `transfer.rs`; retention's deletes in `retention.rs`.
 
+mod erasure;
+pub(crate) use erasure::vacuumed;
 mod memories;
 mod reembed;
 mod retention;
@@ -31,6 +33,8 @@ const LOCK_PARTITIONS: i64 = 0x656e_6772_616d_0001;
 const LOCK_MODELS: i64 = 0x656e_6772_616d_0002;
 /// Held (session-level) by the one replica running a retention sweep.
 const LOCK_RETENTION: i64 = 0x656e_6772_616d_0003;
+/// Held (session-level) by the one replica working on erasures.
+const LOCK_ERASURE: i64 = 0x656e_6772_616d_0004;
 
 /// The persistent store on Postgres.
 #[derive(Clone)]

@@ -19,7 +19,7 @@ use crate::store::write::{Slot, VectorChange, WriteTx};
 use crate::store::{IdempotencyKey, StoreResult, StoredMemory, StoredResponse};
 
 pub(super) struct PgTx {
-    tx: Transaction<'static, Postgres>,
+    pub(super) tx: Transaction<'static, Postgres>,
     idempotency_ttl: chrono::Duration,
     started: Instant,
 }

@@ -22,6 +22,7 @@
 //!
 //! Must not: know about HTTP, or be used by two processes on one directory.
 
+mod erasure;
 mod memories;
 mod reembed;
 mod retention;
@@ -96,6 +97,8 @@ struct Inner {
     /// Held by a retention sweep from start to end (batches take `write_gate`
     /// one at a time).
     sweep_gate: Arc<tokio::sync::Mutex<()>>,
+    /// Held by the erasure worker while it works.
+    erasure_gate: Arc<tokio::sync::Mutex<()>>,
     /// Vectors of every memory that has one; read by searches, changed by
     /// writers after their commit (under `write_gate`).
     vectors: RwLock<VectorIndex>,
@@ -138,7 +141,11 @@ impl SqliteStore {
             // Reads through a memory map of the file instead of a read()
             // per page: a search reads rows scattered over the file. Writes
             // still go through the WAL.
-            .pragma("mmap_size", MMAP_BYTES.to_string());
+            .pragma("mmap_size", MMAP_BYTES.to_string())
+            // Deleted content is overwritten with zeros in the file, not only
+            // unlinked: an erased memory must not survive in free pages. Old
+            // page images in the WAL go when an erasure checkpoints it.
+            .pragma("secure_delete", "on");
         let pool = SqlitePoolOptions::new()
             .max_connections(settings.max_connections.max(1))
             .connect_with(options)
@@ -162,6 +169,7 @@ impl SqliteStore {
                 pool,
                 write_gate: Arc::new(tokio::sync::Mutex::new(())),
                 sweep_gate: Default::default(),
+                erasure_gate: Default::default(),
                 vectors: RwLock::new(vectors),
                 text: RwLock::new(text),
                 sessions: Default::default(),

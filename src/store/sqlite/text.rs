@@ -358,6 +358,11 @@ impl TextIndex {
         self.locations.len()
     }
 
+    /// Whether the index holds this memory.
+    pub fn contains(&self, tenant: &str, id: Uuid) -> bool {
+        self.locations.contains_key(&(tenant.to_string(), id))
+    }
+
     pub fn is_empty(&self) -> bool {
         self.locations.is_empty()
     }

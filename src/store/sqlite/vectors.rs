@@ -161,6 +161,11 @@ impl VectorIndex {
         self.locations.len()
     }
 
+    /// Whether the index holds a vector of this memory.
+    pub fn contains(&self, tenant: &str, id: Uuid) -> bool {
+        self.locations.contains_key(&(tenant.to_string(), id))
+    }
+
     pub fn is_empty(&self) -> bool {
         self.locations.is_empty()
     }

@@ -122,6 +122,10 @@ fn parse(entry: &str) -> StoreResult<Memory> {
 
 #[async_trait]
 impl WorkingMemory for SqliteWorkingMemory {
+    async fn entries(&self, tenant: &str) -> StoreResult<Vec<Memory>> {
+        SqliteWorkingMemory::entries(self, tenant).await
+    }
+
     async fn ping(&self) -> StoreResult<()> {
         sqlx::query("select 1").execute(&self.inner.pool).await.map_err(store_error)?;
         Ok(())

@@ -40,7 +40,7 @@ pub(super) struct SqliteTx {
     store: SqliteStore,
     /// Held until the index changes are applied (dropped with the task).
     gate: tokio::sync::OwnedMutexGuard<()>,
-    tx: Transaction<'static, Sqlite>,
+    pub(super) tx: Transaction<'static, Sqlite>,
     /// The tenant the index changes belong to (one per transaction).
     tenant: Option<String>,
     ops: Vec<IndexOp>,
@@ -57,7 +57,7 @@ impl SqliteStore {
 }
 
 impl SqliteTx {
-    fn record(&mut self, tenant: &str, op: IndexOp) {
+    pub(super) fn record(&mut self, tenant: &str, op: IndexOp) {
         if self.tenant.is_none() {
             self.tenant = Some(tenant.to_string());
         }

@@ -93,7 +93,18 @@ fn the_postgres_migrator_does_not_pick_up_the_sqlite_migrations() {
     assert!(pg.iter().all(|d| *d != "memories"), "{pg:?}");
     assert!(crate::store::postgres::MIGRATOR.iter().all(|m| !m.sql.as_str().contains("fts5")));
     let sqlite: Vec<&str> = super::super::MIGRATOR.iter().map(|m| m.description.as_ref()).collect();
-    assert_eq!(sqlite, vec!["memories", "drop fts", "exact numbers", "fact provenance", "retention", "working outbox"]);
+    assert_eq!(
+        sqlite,
+        vec![
+            "memories",
+            "drop fts",
+            "exact numbers",
+            "fact provenance",
+            "retention",
+            "working outbox",
+            "erasure audit"
+        ]
+    );
 }
 
 fn working_entry(agent: &str, session: &str, content: &str) -> Memory {

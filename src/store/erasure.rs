@@ -1,0 +1,206 @@
+//! Erasure's storage: the transaction that accepts an erasure (claims and
+//! hides the subject's rows, forgets remembered responses and outbox entries
+//! that show them), and the primitives the erasure job deletes, purges and
+//! verifies with. `accept` composes the primitives with the rules of
+//! `domain::erasure`, once for every backend; and the audit log.
+//!
+//! Must not: decide what belongs to a subject (`domain::erasure` does).
+
+use std::collections::{BTreeMap, HashSet};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::{Embedding, StoreResult, SweepLease};
+use crate::domain::erasure::{self, AuditEntry, Counts, ErasureRecord, NewAuditEntry, Subject};
+use crate::domain::{Memory, Tier};
+
+/// A persistent row an erasure looks at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErasureRow {
+    pub tier: Tier,
+    pub id: Uuid,
+    pub user_id: Option<String>,
+}
+
+/// A fact linked to a memory: derived from it, or an older version it superseded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Linked {
+    pub fact: ErasureRow,
+    /// The memory it is linked to.
+    pub to: Uuid,
+}
+
+/// The transaction accepting an erasure. Dropping it without `commit`
+/// rolls it back.
+#[async_trait]
+pub trait ErasureTx: Send {
+    /// The persistent rows of a user (of one agent when given) ingested at
+    /// or before `before`, expired or not.
+    async fn user_rows(
+        &mut self,
+        tenant: &str,
+        user_id: &str,
+        agent_id: Option<&str>,
+        before: DateTime<Utc>,
+    ) -> StoreResult<Vec<ErasureRow>>;
+
+    /// The persistent rows of these ids that exist.
+    async fn rows_by_id(&mut self, tenant: &str, ids: &[Uuid]) -> StoreResult<Vec<ErasureRow>>;
+
+    /// Facts derived from these memories or superseded by them.
+    async fn linked_facts(&mut self, tenant: &str, ids: &[Uuid]) -> StoreResult<Vec<Linked>>;
+
+    /// Claims rows for the erasure `erasure` and hides them from every read
+    /// (their expiry becomes `at`); returns those no other erasure had claimed.
+    async fn claim(
+        &mut self,
+        tenant: &str,
+        erasure: Uuid,
+        rows: &[ErasureRow],
+        at: DateTime<Utc>,
+    ) -> StoreResult<Vec<ErasureRow>>;
+
+    /// The tenant's remembered responses: (idempotency key, body).
+    async fn responses(&mut self, tenant: &str) -> StoreResult<Vec<(String, Value)>>;
+
+    async fn forget_responses(&mut self, tenant: &str, keys: &[String]) -> StoreResult<()>;
+
+    /// The tenant's working-memory entries waiting in the outbox.
+    async fn staged(&mut self, tenant: &str) -> StoreResult<Vec<Memory>>;
+
+    async fn unstage(&mut self, tenant: &str, ids: &[Uuid]) -> StoreResult<()>;
+
+    /// Stores a new erasure.
+    async fn insert_erasure(&mut self, record: &ErasureRecord) -> StoreResult<()>;
+
+    async fn commit(self: Box<Self>) -> StoreResult<()>;
+}
+
+/// Erasures and the audit log of a backend.
+#[async_trait]
+pub trait Erasures: Send + Sync {
+    async fn begin_erasure(&self) -> StoreResult<Box<dyn ErasureTx>>;
+
+    async fn erasure(&self, tenant: &str, id: Uuid) -> StoreResult<Option<ErasureRecord>>;
+
+    /// Erasures not finished, oldest first.
+    async fn unfinished(&self, limit: usize) -> StoreResult<Vec<ErasureRecord>>;
+
+    /// Saves an erasure's state, attempts, error, receipt and times.
+    async fn update_erasure(&self, record: &ErasureRecord) -> StoreResult<()>;
+
+    /// The rows an erasure claimed.
+    async fn claimed(&self, tenant: &str, erasure: Uuid) -> StoreResult<Vec<(Tier, Uuid)>>;
+
+    /// Drops an erasure's claims (once it is finished).
+    async fn release(&self, tenant: &str, erasure: Uuid) -> StoreResult<()>;
+
+    /// The right to work on erasures; `None` while another worker holds it
+    /// (on Postgres, across replicas).
+    async fn try_lease(&self) -> StoreResult<Option<SweepLease>>;
+
+    /// Up to `limit` stored vectors of these rows per tier, for the
+    /// verification's nearest-neighbour queries after they are deleted.
+    async fn sample_vectors(
+        &self,
+        tenant: &str,
+        rows: &[(Tier, Uuid)],
+        limit: usize,
+    ) -> StoreResult<Vec<(Tier, Embedding)>>;
+
+    /// Makes deleted bytes go (Postgres: VACUUM; SQLite: the WAL checkpointed
+    /// and truncated, freed pages already zeroed by secure_delete); returns
+    /// what was done, per store.
+    async fn purge(&self) -> StoreResult<BTreeMap<String, String>>;
+
+    /// Looks for the subject in every store with queries of its own (not the
+    /// deleting code's): per store and check, how many records it found.
+    async fn verify(
+        &self,
+        record: &ErasureRecord,
+        claimed: &[(Tier, Uuid)],
+        samples: &[(Tier, Embedding)],
+    ) -> StoreResult<Counts>;
+
+    /// Appends to the tenant's audit chain; returns the entry as stored.
+    async fn append_audit(&self, entry: &NewAuditEntry) -> StoreResult<AuditEntry>;
+
+    /// Audit entries in `seq` order after `after`, of one tenant or of all.
+    async fn audit_page(&self, tenant: Option<&str>, after: i64, limit: usize) -> StoreResult<Vec<AuditEntry>>;
+}
+
+/// An erasure as accepted.
+#[derive(Debug, Clone)]
+pub struct Accepted {
+    /// As stored; its receipt counts the remembered responses and outbox
+    /// entries forgotten on acceptance.
+    pub record: ErasureRecord,
+    /// The skills claimed (for the skill cache).
+    pub skills: Vec<Uuid>,
+}
+
+/// Accepts an erasure in one transaction: claims and hides the subject's
+/// rows with everything linked to them (`domain::erasure`), forgets
+/// remembered responses and outbox entries that show them, and stores the
+/// erasure. Once this returns, no read of the database returns the claimed
+/// rows. `store` names the database in the receipt.
+pub async fn accept(mut tx: Box<dyn ErasureTx>, mut record: ErasureRecord, store: &str) -> StoreResult<Accepted> {
+    let tenant = record.tenant.clone();
+    let tenant = tenant.as_str();
+    let mut rows = match &record.subject {
+        Subject::User { user_id, agent_id } => {
+            tx.user_rows(tenant, user_id, agent_id.as_deref(), record.requested_at).await?
+        }
+        Subject::Memories { memory_ids } => tx.rows_by_id(tenant, memory_ids).await?,
+    };
+    let mut seen: HashSet<Uuid> = rows.iter().map(|r| r.id).collect();
+    let mut frontier: Vec<Uuid> = seen.iter().copied().collect();
+    while !frontier.is_empty() {
+        let users: BTreeMap<Uuid, Option<String>> = rows.iter().map(|r| (r.id, r.user_id.clone())).collect();
+        let mut next = Vec::new();
+        for link in tx.linked_facts(tenant, &frontier).await? {
+            let erased_user = users.get(&link.to).cloned().flatten();
+            if !seen.contains(&link.fact.id)
+                && erasure::follows_link(link.fact.user_id.as_deref(), erased_user.as_deref())
+            {
+                seen.insert(link.fact.id);
+                next.push(link.fact.id);
+                rows.push(link.fact);
+            }
+        }
+        frontier = next;
+    }
+    // Expired from a microsecond before the request (which is rounded up
+    // to a whole microsecond), so a read at the request's own instant
+    // already leaves the rows out.
+    let hide_at = record.requested_at - chrono::Duration::microseconds(1);
+    let claimed = tx.claim(tenant, record.id, &rows, hide_at).await?;
+    let skills = claimed.iter().filter(|r| r.tier == Tier::Procedural).map(|r| r.id).collect();
+
+    // Everything the subject had, claimed now or by an earlier erasure.
+    let keys: Vec<String> = tx
+        .responses(tenant)
+        .await?
+        .into_iter()
+        .filter(|(_, body)| record.subject.in_response(body, &seen, record.requested_at))
+        .map(|(key, _)| key)
+        .collect();
+    tx.forget_responses(tenant, &keys).await?;
+    let staged: Vec<Uuid> = tx
+        .staged(tenant)
+        .await?
+        .into_iter()
+        .filter(|m| record.subject.covers(m, record.requested_at))
+        .map(|m| m.id)
+        .collect();
+    tx.unstage(tenant, &staged).await?;
+    let deleted = &mut record.receipt.deleted;
+    erasure::Receipt::add(deleted, store, "idempotency_records", keys.len() as u64);
+    erasure::Receipt::add(deleted, store, "working_outbox", staged.len() as u64);
+    tx.insert_erasure(&record).await?;
+    tx.commit().await?;
+    Ok(Accepted { record, skills })
+}
