@@ -1,0 +1,9 @@
+//! Crash safety: what the server acknowledged survives `kill -9`.
+//!
+//! This is its own test binary because it runs the real `engram` executable
+//! (not the router in-process): only a separate process can be killed without
+//! warning. `load` kills it under a write load and reads every acknowledged
+//! id back.
+
+mod load;
+mod server;
