@@ -43,6 +43,15 @@ pub enum Written {
     Replayed { status: u16, body: Value },
 }
 
+/// A page of a listing and what it left out.
+pub struct Listing {
+    /// Newest first; one more than the limit when there are more.
+    pub memories: Vec<Memory>,
+    /// `WORKING_MEMORY_UNAVAILABLE` when the session's working memory could
+    /// not be read and the page holds the persistent tiers only.
+    pub warnings: Vec<String>,
+}
+
 pub struct MemoryService {
     /// Episodic, semantic and procedural tiers.
     pub store: Arc<dyn MemoryStore>,
@@ -299,10 +308,13 @@ impl MemoryService {
     }
 
     /// Lists memories newest first; returns one more than the limit when
-    /// there are more. Working memory is listed for a given session.
-    pub async fn list(&self, tenant: &str, filter: &ListFilter) -> ServiceResult<Vec<Memory>> {
+    /// there are more. Working memory is listed for a given session; when it
+    /// cannot be read the listing goes on without it and says so, unless
+    /// working memory is all that was asked for.
+    pub async fn list(&self, tenant: &str, filter: &ListFilter) -> ServiceResult<Listing> {
         let now = self.clock.now();
         let mut out = self.store.list(tenant, filter, now).await?;
+        let mut warnings = Vec::new();
         if filter.wants(Tier::Working)
             && let (Some(agent), Some(session)) = (&filter.agent_id, &filter.session_id)
         {
@@ -313,12 +325,15 @@ impl MemoryService {
                         .filter(|m| filter.matches(m) && !m.is_expired(now) && !self.erasing.hides(tenant, m)),
                 ),
                 Err(e) if filter.tiers == [Tier::Working] => return Err(e.into()),
-                Err(e) => tracing::warn!(error = %e, "listing without working memory: Redis unavailable"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "listing without working memory: Redis unavailable");
+                    warnings.push(crate::recall::WORKING_MEMORY_UNAVAILABLE.to_string());
+                }
             }
         }
         out.sort_by_key(|m| std::cmp::Reverse((m.created_at, m.id)));
         out.truncate(filter.limit + 1);
-        Ok(out)
+        Ok(Listing { memories: out, warnings })
     }
 
     /// Every live memory of one user, all tiers (a data subject's export):

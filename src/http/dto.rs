@@ -107,6 +107,10 @@ pub struct ListResponse {
     pub memories: Vec<MemoryResponse>,
     /// Pass as `cursor` for the next page; null on the last page.
     pub next_cursor: Option<String>,
+    /// What the page left out: `working_memory_unavailable` when the
+    /// session's working memory could not be read (Redis down) and the page
+    /// holds the persistent tiers only. Empty otherwise.
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -197,7 +197,9 @@ pub async fn memory_history(
 /// `created_after`, `created_before` (RFC 3339), `metadata.KEY=VALUE`
 /// (equality, compared as text), `include_superseded` (facts replaced by a
 /// newer one). Working memory is listed when `agent_id` and `session_id` are
-/// given. `limit` 1-200 (default 50); pass `next_cursor` back as `cursor`.
+/// given; when it cannot be read (Redis down) the page holds the persistent
+/// tiers only and `warnings` says so (`tier=working` alone is 503 instead).
+/// `limit` 1-200 (default 50); pass `next_cursor` back as `cursor`.
 #[utoipa::path(
     get, path = "/v1/memories", tag = "memories",
     params(
@@ -224,14 +226,19 @@ pub async fn list_memories(
     RawQuery(query): RawQuery,
 ) -> Result<Json<ListResponse>, ApiError> {
     let filter = parse_list_query(query.as_deref().unwrap_or(""))?;
-    let mut memories = state.service.list(&tenant, &filter).await?;
+    let listing = state.service.list(&tenant, &filter).await?;
+    let mut memories = listing.memories;
     let next_cursor = if memories.len() > filter.limit {
         memories.truncate(filter.limit);
         memories.last().map(|m| encode_cursor(Cursor { created_at: m.created_at, id: m.id }))
     } else {
         None
     };
-    Ok(Json(ListResponse { memories: memories.into_iter().map(MemoryResponse::from).collect(), next_cursor }))
+    Ok(Json(ListResponse {
+        memories: memories.into_iter().map(MemoryResponse::from).collect(),
+        next_cursor,
+        warnings: listing.warnings,
+    }))
 }
 
 pub fn encode_cursor(c: Cursor) -> String {

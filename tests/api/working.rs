@@ -203,3 +203,64 @@ async fn while_redis_is_down_reads_fail_fast_searches_say_so_and_recovery_needs_
     assert_eq!(found["warnings"], json!([]));
     assert!(found["results"].as_array().unwrap().iter().any(|r| r["memory"]["content"] == "kettle on"), "{found}");
 }
+
+#[tokio::test]
+async fn while_redis_is_down_a_session_listing_leaves_working_memory_out_and_says_so() {
+    let mut redis = OwnRedis::start();
+    let url = redis.url();
+    let app = spawn_app_with(|c| {
+        c.redis.url = url;
+        c.redis.breaker_cooldown_ms = 300;
+    })
+    .await;
+    let working =
+        app.write_one(json!({"agent_id": "l", "session_id": "s", "tier": "working", "content": "kettle on"})).await;
+    let episode = app
+        .write_one(json!({"agent_id": "l", "session_id": "s", "tier": "episodic", "content": "the kettle is blue"}))
+        .await;
+    let ids = |listed: &serde_json::Value| -> Vec<String> {
+        let mut ids: Vec<String> =
+            listed["memories"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap().to_string()).collect();
+        ids.sort();
+        ids
+    };
+    let (working, episode) = (working["id"].as_str().unwrap().to_string(), episode["id"].as_str().unwrap().to_string());
+    let mut both = vec![working.clone(), episode.clone()];
+    both.sort();
+    let session = "/v1/memories?agent_id=l&session_id=s";
+    // Nothing left out: on the embedded backend working memory is in the
+    // same database and this is all there is to see.
+    let (status, listed) = app.get_json(session).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(listed["warnings"], json!([]), "{listed}");
+    assert_eq!(ids(&listed), both);
+    if app.postgres_only("Redis").is_none() {
+        return;
+    }
+
+    redis.save(); // the entry is there again when Redis comes back
+    redis.stop();
+    let (status, listed) = app.get_json(session).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(listed["warnings"], json!(["working_memory_unavailable"]), "{listed}");
+    assert_eq!(ids(&listed), [episode.as_str()]);
+    // A listing that does not ask for working memory leaves nothing out.
+    let (_, listed) = app.get_json(&format!("{session}&tier=episodic")).await;
+    assert_eq!(listed["warnings"], json!([]), "{listed}");
+    assert_eq!(ids(&listed), [episode.as_str()]);
+    // Working memory alone cannot be listed without it.
+    let r = app.get(&format!("{session}&tier=working")).await;
+    expect_error(r, StatusCode::SERVICE_UNAVAILABLE, "service_unavailable").await;
+
+    redis.resume();
+    let mut listed = serde_json::Value::Null;
+    for _ in 0..50 {
+        listed = app.get_json(session).await.1;
+        if listed["warnings"] == json!([]) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(listed["warnings"], json!([]), "working memory is listed again once Redis is back: {listed}");
+    assert_eq!(ids(&listed), both);
+}

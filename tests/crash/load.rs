@@ -1,8 +1,6 @@
-//! Crash safety: a write the server acknowledged survives `kill -9`.
+//! A write the server acknowledged survives `kill -9` under load.
 //!
-//! This is its own test binary because it runs the real `engram` executable
-//! (not the router in-process): only a separate process can be killed without
-//! warning. Writers hammer the server with every kind of write, the server is
+//! Writers hammer the server with every kind of write, the server is
 //! SIGKILLed while requests are in flight, restarted with the same
 //! environment, and every id that came back in a 201 must be readable again.
 //! Requests cut off by the kill were never acknowledged and prove nothing
@@ -14,15 +12,14 @@
 //! backend every tier, working memory included, is in the SQLite file the
 //! killed process had open.
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use uuid::Uuid;
+
+use crate::server::{ServerEnv, ServerProcess, free_port};
 
 /// Concurrent writer tasks.
 const WRITERS: usize = 8;
@@ -30,8 +27,6 @@ const WRITERS: usize = 8;
 const ACKED_BEFORE_KILL: usize = 1_000;
 /// Upper bound of the random pause between reaching that count and the kill.
 const MAX_KILL_DELAY_MS: u64 = 200;
-/// How long the server may take to answer /readyz (it migrates at start).
-const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// The whole write phase, so that a server that stops acknowledging fails the
 /// test instead of hanging it.
 const WRITE_PHASE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -45,91 +40,6 @@ const EPISODES: &[&str] = &[
     "The user mentioned they will be travelling to Lisbon for a conference next month.",
     "Summarised the meeting notes and sent the action items to the project channel.",
 ];
-
-/// The environment one server run gets; a restart reuses it unchanged.
-struct ServerEnv {
-    /// Empty: the embedded backend in `data_dir`.
-    database_url: String,
-    data_dir: String,
-    redis_url: String,
-    listen: String,
-    tenant: String,
-    key_prefix: String,
-}
-
-/// The running `engram serve` process. Dropping it kills the process, so a
-/// failing assertion never leaves a server behind.
-struct ServerProcess {
-    child: Child,
-    base: String,
-}
-
-impl ServerProcess {
-    fn start(env: &ServerEnv) -> anyhow::Result<ServerProcess> {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_engram"));
-        if env.database_url.is_empty() {
-            command.env_remove("DATABASE_URL").env("ENGRAM_DATA_DIR", &env.data_dir);
-        } else {
-            command.env("DATABASE_URL", &env.database_url);
-        }
-        let child = command
-            .arg("serve")
-            // A developer's own settings must not turn on API keys or point
-            // the server elsewhere.
-            .env_remove("ENGRAM_API_KEYS")
-            .env_remove("ENGRAM_CONFIG")
-            .env("REDIS_URL", &env.redis_url)
-            .env("ENGRAM_LISTEN", &env.listen)
-            .env("ENGRAM_AUTH__DEFAULT_TENANT", &env.tenant)
-            .env("ENGRAM_REDIS__KEY_PREFIX", &env.key_prefix)
-            .env("ENGRAM_EMBEDDING__PROVIDER", "lexical-hash")
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            // Startup failures and server-side errors show up in the test output.
-            .stderr(Stdio::inherit())
-            .spawn()
-            .context("spawning engram serve")?;
-        Ok(ServerProcess { child, base: format!("http://{}", env.listen) })
-    }
-
-    /// Polls /readyz until it answers 200; fails early if the process exits.
-    async fn wait_ready(&mut self, client: &reqwest::Client) -> anyhow::Result<()> {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                bail!("engram serve exited before it was ready ({status}); its log is above");
-            }
-            if let Ok(r) = client.get(format!("{}/readyz", self.base)).send().await
-                && r.status() == reqwest::StatusCode::OK
-            {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                bail!("engram serve was not ready within {READY_TIMEOUT:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// SIGKILL (what `Child::kill` sends on unix), then reap the process.
-    fn kill_9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        self.kill_9();
-    }
-}
-
-/// A port nobody listened on a moment ago.
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0");
-    listener.local_addr().expect("local address").port()
-}
 
 /// A memory the server acknowledged.
 #[derive(Clone)]
@@ -288,6 +198,7 @@ async fn kill_9_and_restart(database_url: String) {
         listen: format!("127.0.0.1:{}", free_port()),
         tenant: format!("t-crash-{run}"),
         key_prefix: format!("engram-crash-{run}"),
+        extra: Vec::new(),
     };
     let started = Instant::now();
     let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();

@@ -1,0 +1,11 @@
+//! Crash safety: what the server acknowledged or committed survives `kill -9`.
+//!
+//! This is its own test binary because it runs the real `engram` executable
+//! (not the router in-process): only a separate process can be killed without
+//! warning. `load` kills it under a write load and reads every acknowledged
+//! id back; `outbox` kills it between a batch's Postgres commit and its
+//! Redis write and checks that the batch ends up whole, once.
+
+mod load;
+mod outbox;
+mod server;

@@ -1,0 +1,98 @@
+//! The `engram serve` process the crash tests start, kill and restart.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+/// How long the server may take to answer /readyz (it migrates at start).
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The environment one server run gets; a restart reuses it unchanged.
+pub struct ServerEnv {
+    /// Empty: the embedded backend in `data_dir`.
+    pub database_url: String,
+    pub data_dir: String,
+    pub redis_url: String,
+    pub listen: String,
+    pub tenant: String,
+    pub key_prefix: String,
+    /// More `ENGRAM_*` settings, set after the ones above.
+    pub extra: Vec<(&'static str, String)>,
+}
+
+/// The running `engram serve` process. Dropping it kills the process, so a
+/// failing assertion never leaves a server behind.
+pub struct ServerProcess {
+    child: Child,
+    pub base: String,
+}
+
+impl ServerProcess {
+    pub fn start(env: &ServerEnv) -> anyhow::Result<ServerProcess> {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_engram"));
+        if env.database_url.is_empty() {
+            command.env_remove("DATABASE_URL").env("ENGRAM_DATA_DIR", &env.data_dir);
+        } else {
+            command.env("DATABASE_URL", &env.database_url);
+        }
+        let child = command
+            .arg("serve")
+            // A developer's own settings must not turn on API keys or point
+            // the server elsewhere.
+            .env_remove("ENGRAM_API_KEYS")
+            .env_remove("ENGRAM_CONFIG")
+            .env("REDIS_URL", &env.redis_url)
+            .env("ENGRAM_LISTEN", &env.listen)
+            .env("ENGRAM_AUTH__DEFAULT_TENANT", &env.tenant)
+            .env("ENGRAM_REDIS__KEY_PREFIX", &env.key_prefix)
+            .env("ENGRAM_EMBEDDING__PROVIDER", "lexical-hash")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            // Startup failures and server-side errors show up in the test output.
+            .stderr(Stdio::inherit())
+            .envs(env.extra.iter().map(|(k, v)| (k, v)))
+            .spawn()
+            .context("spawning engram serve")?;
+        Ok(ServerProcess { child, base: format!("http://{}", env.listen) })
+    }
+
+    /// Polls /readyz until it answers 200; fails early if the process exits.
+    pub async fn wait_ready(&mut self, client: &reqwest::Client) -> anyhow::Result<()> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                bail!("engram serve exited before it was ready ({status}); its log is above");
+            }
+            if let Ok(r) = client.get(format!("{}/readyz", self.base)).send().await
+                && r.status() == reqwest::StatusCode::OK
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("engram serve was not ready within {READY_TIMEOUT:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// SIGKILL (what `Child::kill` sends on unix), then reap the process.
+    pub fn kill_9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill_9();
+    }
+}
+
+/// A port nobody listened on a moment ago.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0");
+    listener.local_addr().expect("local address").port()
+}
