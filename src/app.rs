@@ -63,7 +63,7 @@ const LOCAL_SKILL_CACHE_ENTRIES: usize = 10_000;
 
 /// Opens the backends — Postgres and Redis when a database URL is set, else
 /// the embedded database in the data directory — applies migrations (when
-/// configured), prepares partitions and the embedding model's indexes, and
+/// configured), checks the schema, prepares the embedding model's indexes, and
 /// assembles the state.
 pub async fn build(config: Config) -> anyhow::Result<App> {
     build_with_clock(config, Arc::new(SystemClock)).await
@@ -73,7 +73,7 @@ pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::
     for notice in &config.notices {
         tracing::info!("{notice}");
     }
-    let storage = open_storage(&config, clock.now()).await?;
+    let storage = open_storage(&config).await?;
     let embedder = embed::from_config(&config.embedding)?;
     match &embedder {
         Some(e) => {
@@ -148,10 +148,10 @@ pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::
 }
 
 /// Opens the configured storage: Postgres and Redis when a database URL is
-/// set (migrating when configured, and creating the episodic partitions of
-/// the months around `now`), else the embedded database in the data
-/// directory. Used by the server and by `engram export`/`import`.
-pub async fn open_storage(config: &Config, now: chrono::DateTime<chrono::Utc>) -> anyhow::Result<Storage> {
+/// set (migrating when configured, and refusing a database whose schema is
+/// behind this build), else the embedded database in the data directory.
+/// Used by the server and by the commands that open the store.
+pub async fn open_storage(config: &Config) -> anyhow::Result<Storage> {
     if config.database.url.is_empty() {
         let dir = std::path::Path::new(&config.embedded.data_dir);
         let settings = SqliteSettings {
@@ -174,13 +174,7 @@ pub async fn open_storage(config: &Config, now: chrono::DateTime<chrono::Utc>) -
             postgres::migrate(&pool).await?;
         }
         let pg = PgStore::new(pool, config.idempotency.ttl_hours);
-        let created = pg
-            .ensure_partitions(now, config.database.partitions_ahead_months)
-            .await
-            .context("preparing episodic partitions (did migrations run? try `engram migrate`)")?;
-        if created > 0 {
-            tracing::info!(created, "created episodic partitions");
-        }
+        pg.check_migrated().await?;
         let redis = RedisStore::connect(&config.redis).context("configuring Redis")?;
         Ok(Storage::postgres(pg, redis))
     }

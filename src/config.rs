@@ -255,8 +255,11 @@ pub struct DatabaseConfig {
     pub url: String,
     pub max_connections: u32,
     pub acquire_timeout_ms: u64,
-    /// Monthly episodic partitions kept created ahead of the current month.
-    pub partitions_ahead_months: u32,
+    /// No longer used: episodic memory is one table since migration 0007.
+    /// Still accepted so that older configuration files load; a value set
+    /// here only earns a notice at start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partitions_ahead_months: Option<u32>,
     /// Run pending migrations when the server starts.
     pub migrate_on_start: bool,
 }
@@ -556,7 +559,7 @@ impl Default for DatabaseConfig {
             url: String::new(),
             max_connections: 20,
             acquire_timeout_ms: 5_000,
-            partitions_ahead_months: 3,
+            partitions_ahead_months: None,
             migrate_on_start: true,
         }
     }
@@ -711,6 +714,11 @@ impl Config {
                 ));
             }
             config.embedded.data_dir = dir.to_string();
+        }
+        if config.database.partitions_ahead_months.is_some() {
+            config.notices.push(
+                "database.partitions_ahead_months is ignored: episodic memory is no longer partitioned by month".into(),
+            );
         }
         if config.embedding.local.model_dir.is_empty() {
             config.embedding.local.model_dir =
@@ -1149,6 +1157,22 @@ mod tests {
         let mut c = Config::default();
         c.embedding.local.batch_window_ms = 5_000;
         assert!(c.validate().unwrap_err().to_string().contains("embedding.local.batch_window_ms"));
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail decides the closure's error type
+    fn a_file_from_before_episodic_was_one_table_still_loads_with_a_notice() {
+        figment::Jail::expect_with(|jail| {
+            jail.clear_env();
+            jail.create_file("old.toml", "[database]\npartitions_ahead_months = 3\n")?;
+            let c = Config::load(Some(Path::new("old.toml"))).map_err(|e| e.to_string())?;
+            assert_eq!(c.database.partitions_ahead_months, Some(3));
+            assert_eq!(
+                c.notices,
+                ["database.partitions_ahead_months is ignored: episodic memory is no longer partitioned by month"]
+            );
+            Ok(())
+        });
     }
 
     #[test]

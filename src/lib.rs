@@ -8,8 +8,8 @@
 //! - [`domain`]: tiers, retention, classification, validation: pure rules.
 //! - [`store`]: the storage traits and their backends (Postgres, Redis).
 //! - [`embed`]: embedders behind one trait.
-//! - [`jobs`]: background upkeep (partitions, expired idempotency keys,
-//!   re-embedding, the retention sweep).
+//! - [`jobs`]: background upkeep (expired idempotency keys, re-embedding,
+//!   the retention sweep, erasure).
 //! - [`transfer`]: `engram export` and `engram import`, a tenant as JSON Lines.
 //! - [`app`]: builds the state, runs the server, shuts it down; [`server`]:
 //!   the connections under the router (timeouts, a limit, lingering close).

@@ -167,7 +167,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 async fn export(config: Config, tenant: String, vectors: bool, output: Option<PathBuf>) -> anyhow::Result<()> {
     engram::telemetry::init_logging(&config.log);
     let now = chrono::Utc::now();
-    let storage = engram::app::open_storage(&config, now).await?;
+    let storage = engram::app::open_storage(&config).await?;
     let counts = match &output {
         Some(path) => {
             let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
@@ -218,7 +218,7 @@ async fn audit(
 
 async fn verify_audit(config: Config, tenant: Option<String>) -> anyhow::Result<()> {
     engram::telemetry::init_logging(&config.log);
-    let storage = engram::app::open_storage(&config, chrono::Utc::now()).await?;
+    let storage = engram::app::open_storage(&config).await?;
     let result = engram::jobs::erasure::verify_audit(storage.erasure.as_ref(), tenant.as_deref()).await;
     storage.maintenance.close().await;
     match result? {
@@ -238,7 +238,7 @@ async fn verify_audit(config: Config, tenant: Option<String>) -> anyhow::Result<
 async fn import(config: Config, tenant: Option<String>, file: Option<PathBuf>) -> anyhow::Result<()> {
     engram::telemetry::init_logging(&config.log);
     let now = chrono::Utc::now();
-    let storage = engram::app::open_storage(&config, now).await?;
+    let storage = engram::app::open_storage(&config).await?;
     let summary = match file.filter(|f| f.as_os_str() != "-") {
         Some(path) => {
             let file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;

@@ -5,8 +5,7 @@
 //! `INSERT … SELECT FROM UNNEST(…)`, every NOT NULL column filled the way the
 //! server fills it (content hash, retention and its expiry, namespace,
 //! unique skill names, a vector of the server's embedder for every row), and
-//! `created_at` spread over seven months so that rows sit in as many monthly
-//! partitions. The HNSW indexes are dropped before and rebuilt after a load
+//! `created_at` spread over seven months. The HNSW indexes are dropped before and rebuilt after a load
 //! (an HNSW insert per row would take far longer than one build), through
 //! `PgStore::ensure_model`, the server's own code. Working memory goes in
 //! through the HTTP API, since it lives in Redis.
@@ -18,7 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration as StdDuration, Instant};
 
 use anyhow::{Context, bail};
-use chrono::{DateTime, Datelike, Duration, NaiveDate, Utc};
+use chrono::{DateTime, Duration, Utc};
 use engram::config::RedisConfig;
 use engram::domain::content::content_hash;
 use engram::domain::memory::namespace;
@@ -41,7 +40,7 @@ pub const SMALL_AGENT: &str = "agent-b01";
 const AGENT_A_MEMORIES: usize = 100_000;
 const SMALL_AGENTS: usize = 10;
 const SMALL_AGENT_MEMORIES: usize = 10_000;
-/// `created_at` goes back this far: seven or eight monthly partitions.
+/// `created_at` goes back this far (about seven months).
 const SPAN_DAYS: i64 = 205;
 /// Rows per INSERT statement.
 const BATCH_ROWS: usize = 1_000;
@@ -341,18 +340,6 @@ pub async fn ensure_persistent(
         .await
         .context("analyzing the tables")?;
     eprintln!("load: {analyze} of the three tables took {:.1} s", started.elapsed().as_secs_f64());
-
-    let parts: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT tableoid::regclass::text, count(*) FROM episodic_memory WHERE tenant_id = $1 GROUP BY 1 ORDER BY 1",
-    )
-    .bind(tenant)
-    .fetch_all(pool)
-    .await?;
-    let listed: Vec<String> = parts.iter().map(|(p, n)| format!("{p} {n}")).collect();
-    eprintln!("load: episodic rows per partition: {}", listed.join(", "));
-    if parts.iter().filter(|(p, _)| p != "episodic_memory_default").count() < 6 {
-        bail!("episodic rows sit in fewer than 6 monthly partitions");
-    }
     Ok(())
 }
 
@@ -365,18 +352,6 @@ async fn load_persistent(
     let model = embedder.model_id().to_string();
     let vectors = cached_vectors(pool, planned, embedder).await?;
     let now = Utc::now();
-    // Past months need their partitions before their rows arrive, or the rows
-    // pile up in the DEFAULT partition.
-    let first = (now - Duration::days(SPAN_DAYS)).date_naive();
-    let first = NaiveDate::from_ymd_opt(first.year(), first.month(), 1).context("first month")?;
-    let months = (now.year() * 12 + now.month() as i32) - (first.year() * 12 + first.month() as i32);
-    let created: i32 = sqlx::query_scalar("SELECT engram_ensure_episodic_partitions($1::date, $2)")
-        .bind(first)
-        .bind(months)
-        .fetch_one(pool)
-        .await
-        .context("creating past episodic partitions")?;
-    eprintln!("load: episodic partitions from {first} on: {created} created");
     for (_, table) in TABLES {
         let name = index_name(table, &model);
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP INDEX IF EXISTS {name}"))).execute(pool).await?;
@@ -484,7 +459,7 @@ async fn cached_vectors(
 
 /// Builds whatever HNSW index is missing with the server's own
 /// `ensure_model`, on a connection with room to build in memory, then checks
-/// that every table and every episodic partition has one.
+/// that every memory table has one.
 async fn ensure_indexes(database_url: &str, model: &str) -> anyhow::Result<()> {
     let pool = PgPoolOptions::new()
         .max_connections(1)
@@ -508,7 +483,7 @@ async fn ensure_indexes(database_url: &str, model: &str) -> anyhow::Result<()> {
     let missing: Vec<String> = sqlx::query_scalar(
         "SELECT c.relname::text FROM pg_class c \
          WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace \
-           AND (c.relname LIKE 'episodic\\_memory\\_%' OR c.relname IN ('semantic_memory', 'procedural_memory')) \
+           AND c.relname IN ('episodic_memory', 'semantic_memory', 'procedural_memory') \
            AND NOT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid \
                            JOIN pg_am am ON am.oid = ic.relam \
                            WHERE i.indrelid = c.oid AND am.amname = 'hnsw' \
@@ -527,7 +502,7 @@ async fn ensure_indexes(database_url: &str, model: &str) -> anyhow::Result<()> {
     )
     .fetch_one(&pool)
     .await?;
-    eprintln!("load: {count} HNSW indexes (tables and partitions), {:.0} MiB", bytes as f64 / 1048576.0);
+    eprintln!("load: {count} HNSW indexes, {:.0} MiB", bytes as f64 / 1048576.0);
     pool.close().await;
     Ok(())
 }

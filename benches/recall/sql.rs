@@ -230,8 +230,8 @@ pub fn recall_at(ann: &[(Uuid, f64)], exact: &[(Uuid, f64)], k: usize) -> QueryR
     }
 }
 
-/// (HNSW index scans, sequential scans) so far on the memory tables and
-/// their partitions, from the cumulative statistics.
+/// (HNSW index scans, sequential scans) so far on the memory tables, from
+/// the cumulative statistics.
 pub async fn scan_counts(pool: &PgPool) -> sqlx::Result<(i64, i64)> {
     sqlx::query_as(
         "SELECT (SELECT coalesce(sum(s.idx_scan), 0)::int8 FROM pg_stat_user_indexes s \

@@ -14,7 +14,7 @@ use uuid::Uuid;
 pub enum Tier {
     /// The current session: held in Redis with a TTL.
     Working,
-    /// Past interactions: time-partitioned rows with a vector.
+    /// Past interactions: time-stamped rows with a vector.
     Episodic,
     /// Facts: deduplicated by content, superseded on contradiction.
     Semantic,

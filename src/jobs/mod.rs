@@ -25,11 +25,7 @@ pub fn spawn_all(tracker: &TaskTracker, app: &mut App, shutdown: CancellationTok
         };
         tracker.spawn(flusher.run(std::time::Duration::from_millis(500), shutdown.clone()));
     }
-    let job = maintenance::Maintenance {
-        store: app.storage.clone(),
-        clock: app.state.service.clock.clone(),
-        partitions_ahead_months: app.config.database.partitions_ahead_months,
-    };
+    let job = maintenance::Maintenance { store: app.storage.clone(), clock: app.state.service.clock.clone() };
     tracker.spawn(job.run(std::time::Duration::from_secs(6 * 3600), shutdown.clone()));
     if app.config.redis.outbox_interval_secs > 0 {
         let job = outbox::Outbox { service: app.state.service.clone() };

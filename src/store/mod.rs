@@ -6,7 +6,7 @@
 //!
 //! Besides the three request-path traits, each backend implements capability
 //! traits for the work around requests: `Maintenance` (model indexes,
-//! partitions, re-embedding, idempotency keys, closing), `Transfer`
+//! re-embedding, idempotency keys, closing), `Transfer`
 //! (export and import) and `Sweep` (deleting what retention no longer keeps).
 //! `Storage` (in `storage.rs`) holds one handle of each,
 //! built in one place, so no caller matches on the backend. A new kind of
@@ -454,10 +454,6 @@ pub trait Maintenance: Send + Sync {
     /// Prepares what searching with an embedding model needs (Postgres: the
     /// model's HNSW indexes; the embedded vector index needs nothing).
     async fn prepare_model(&self, model: &str, dimensions: usize) -> anyhow::Result<()>;
-
-    /// Creates the episodic partitions of `now`'s month and `ahead` more;
-    /// returns how many were created (0 where episodic memory is not partitioned).
-    async fn ensure_partitions(&self, now: DateTime<Utc>, ahead: u32) -> anyhow::Result<i32>;
 
     /// Rows whose vector is missing or of another model than `model`.
     async fn reembed_pending(&self, model: &str) -> StoreResult<i64>;

@@ -33,7 +33,7 @@ pub struct Storage {
     pub memories: Arc<dyn MemoryStore>,
     pub working: Arc<dyn WorkingMemory>,
     pub skills: Arc<dyn SkillCache>,
-    /// Upkeep: model indexes, partitions, re-embedding, idempotency keys, closing.
+    /// Upkeep: model indexes, re-embedding, idempotency keys, closing.
     pub maintenance: Arc<dyn Maintenance>,
     /// Export and import.
     pub transfer: Arc<dyn Transfer>,
@@ -136,10 +136,6 @@ struct PostgresRedis {
 impl Maintenance for PostgresRedis {
     async fn prepare_model(&self, model: &str, dimensions: usize) -> anyhow::Result<()> {
         self.pg.ensure_model(model, dimensions).await
-    }
-
-    async fn ensure_partitions(&self, now: DateTime<Utc>, ahead: u32) -> anyhow::Result<i32> {
-        self.pg.ensure_partitions(now, ahead).await
     }
 
     async fn reembed_pending(&self, model: &str) -> StoreResult<i64> {
@@ -252,11 +248,6 @@ impl Maintenance for SqliteStore {
     async fn prepare_model(&self, _model: &str, _dimensions: usize) -> anyhow::Result<()> {
         // The in-process vector index groups rows by model as they come.
         Ok(())
-    }
-
-    async fn ensure_partitions(&self, _now: DateTime<Utc>, _ahead: u32) -> anyhow::Result<i32> {
-        // One table per tier; nothing is partitioned.
-        Ok(0)
     }
 
     async fn reembed_pending(&self, model: &str) -> StoreResult<i64> {

@@ -1,48 +1,200 @@
-//! What the schema promises: monthly partitions (with rows rescued from the
-//! DEFAULT partition), and one partial HNSW index per embedding model.
+//! What the schema promises: episodic memory in one table (and the
+//! migration that made it one from monthly partitions), and one partial HNSW
+//! index per embedding model.
 
-use chrono::{Duration, TimeZone, Utc};
+use chrono::{TimeZone, Utc};
 use reqwest::StatusCode;
 use serde_json::json;
 
 use crate::helpers::spawn_app;
 
 #[tokio::test]
-async fn episodes_land_in_monthly_partitions_and_late_partitions_adopt_default_rows() {
+async fn episodic_memory_is_one_table_whatever_the_month() {
     let app = spawn_app().await;
-    let Some(pg) = app.postgres_only("monthly partitioning") else { return };
+    let Some(pg) = app.postgres_only("the episodic table's layout") else { return };
     let pool = pg.pool();
-    let now = app.clock.now_plus(Duration::zero());
-    // Startup created this month's partition and the configured months ahead.
-    let this_month = format!("episodic_memory_{}", now.format("%Y_%m"));
-    let exists: Option<String> =
-        sqlx::query_scalar("SELECT to_regclass($1)::text").bind(&this_month).fetch_one(pool).await.unwrap();
-    assert_eq!(exists.as_deref(), Some(this_month.as_str()));
+    let kind: String = sqlx::query_scalar("SELECT relkind::text FROM pg_class WHERE relname = 'episodic_memory'")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(kind, "r", "a plain table, not a partitioned one");
+    let partitions: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_inherits").fetch_one(pool).await.unwrap();
+    assert_eq!(partitions, 0);
 
-    // A write in a month far beyond the partitions lands in DEFAULT ...
-    let far = Utc.with_ymd_and_hms(2041, 3, 15, 12, 0, 0).unwrap();
-    app.clock.set(far);
+    // A write in a month nobody prepared for lands in the table itself.
+    app.clock.set(Utc.with_ymd_and_hms(2041, 3, 15, 12, 0, 0).unwrap());
     let m = app
         .write_one(
             json!({"agent_id": "part", "tier": "episodic", "content": "from the future", "retention": "permanent"}),
         )
         .await;
     let id: uuid::Uuid = m["id"].as_str().unwrap().parse().unwrap();
-    let home = || async {
-        sqlx::query_scalar::<_, String>("SELECT tableoid::regclass::text FROM episodic_memory WHERE id = $1")
-            .bind(id)
-            .fetch_one(pool)
-            .await
-            .unwrap()
-    };
-    let before = home().await;
-    assert!(before == "episodic_memory_default" || before == "episodic_memory_2041_03", "{before}");
-    // ... and moves into its month when that partition is created.
-    pg.ensure_partitions(far, 0).await.unwrap();
-    assert_eq!(home().await, "episodic_memory_2041_03");
+    let home: String = sqlx::query_scalar("SELECT tableoid::regclass::text FROM episodic_memory WHERE id = $1")
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(home, "episodic_memory");
     let (status, got) = app.get_json(&format!("/v1/memories/{id}")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(got["content"], "from the future");
+}
+
+/// Migration 0007 on a database that has monthly partitions, rows in a
+/// month's partition and in DEFAULT, and a model's HNSW index: every row
+/// comes across whole, every index comes back under its name, the partitions
+/// and their upkeep function are gone, and the vector index finds the row.
+#[tokio::test]
+async fn migration_0007_moves_partitioned_episodes_into_one_table() {
+    if crate::helpers::embedded() {
+        eprintln!("skipped on the embedded backend: the Postgres migration 0007");
+        return;
+    }
+    let url = crate::helpers::fresh_database().await;
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let run = |sql: String| {
+        let pool = pool.clone();
+        async move { sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&pool).await.unwrap() }
+    };
+    for sql in [
+        include_str!("../../migrations/0001_memory_tiers.sql"),
+        include_str!("../../migrations/0002_exact_numbers.sql"),
+        include_str!("../../migrations/0003_fact_provenance.sql"),
+        include_str!("../../migrations/0004_retention.sql"),
+        include_str!("../../migrations/0005_working_outbox.sql"),
+        include_str!("../../migrations/0006_erasure_audit.sql"),
+    ] {
+        run(sql.to_string()).await;
+    }
+    run("SELECT engram_ensure_episodic_partitions('2026-05-01', 1)".into()).await;
+    let hnsw = engram::store::postgres::index_name("episodic_memory", "tiny-3");
+    run("INSERT INTO embedding_models (model, dimensions) VALUES ('tiny-3', 3)".into()).await;
+    run(format!(
+        "CREATE INDEX {hnsw} ON episodic_memory USING hnsw ((embedding::vector(3)) vector_cosine_ops) \
+         WITH (m = 16, ef_construction = 200) WHERE embedding_model = 'tiny-3'"
+    ))
+    .await;
+    // One row in May's partition with a vector, one far ahead in DEFAULT.
+    run(
+        "INSERT INTO episodic_memory (id, tenant_id, agent_id, user_id, content, content_hash, importance, retention, \
+             embedding, embedding_model, metadata, occurred_at, created_at, updated_at, expires_at) VALUES \
+         ('00000000-0000-7000-8000-000000000001', 't', 'a', 'u', 'walked the dog in May', 'h1', 0.4, 'short_term', \
+             '[1,0,0]', 'tiny-3', '{\"k\": 1}', '2026-05-02', '2026-05-02', '2026-05-02', '2026-06-02'), \
+         ('00000000-0000-7000-8000-000000000002', 't', 'a', NULL, 'a letter from 2041', 'h2', 0.9, 'permanent', \
+             NULL, NULL, '{}', '2041-01-01', '2041-01-01', '2041-01-01', NULL)"
+            .into(),
+    )
+    .await;
+    let before: Vec<(String, String)> =
+        sqlx::query_as("SELECT id::text, tableoid::regclass::text FROM episodic_memory ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(before[0].1, "episodic_memory_2026_05");
+    assert_eq!(before[1].1, "episodic_memory_default");
+    let snapshot = "SELECT id, tenant_id, agent_id, user_id, content, content_hash, importance, retention, \
+                    embedding::text, embedding_model, metadata, occurred_at, created_at, expires_at, search_tsv::text \
+                    FROM episodic_memory ORDER BY id";
+    let rows_before = sqlx::query(snapshot).fetch_all(&pool).await.unwrap();
+
+    run(include_str!("../../migrations/0007_episodic_one_table.sql").to_string()).await;
+
+    let rows_after = sqlx::query(snapshot).fetch_all(&pool).await.unwrap();
+    assert_eq!(rows_after.len(), 2);
+    use sqlx::Row;
+    for (b, a) in rows_before.iter().zip(&rows_after) {
+        for i in 0..b.len() {
+            let show = |r: &sqlx::postgres::PgRow| {
+                let raw = r.try_get_raw(i).unwrap();
+                if sqlx::ValueRef::is_null(&raw) { None } else { Some(raw.as_bytes().unwrap().to_vec()) }
+            };
+            assert_eq!(show(b), show(a), "column {i} changed");
+        }
+    }
+    let kind: String = sqlx::query_scalar("SELECT relkind::text FROM pg_class WHERE relname = 'episodic_memory'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(kind, "r");
+    let leftovers: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_class WHERE relname LIKE 'episodic\\_memory\\_%' AND relkind IN ('r', 'p')",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(leftovers, 0, "no partition is left");
+    let function: Option<String> = sqlx::query_scalar("SELECT to_regproc('engram_ensure_episodic_partitions')::text")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(function, None);
+    let indexes: Vec<String> =
+        sqlx::query_scalar("SELECT indexname::text FROM pg_indexes WHERE tablename = 'episodic_memory' ORDER BY 1")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    let mut want = vec![
+        "episodic_expires",
+        "episodic_memory_pkey",
+        "episodic_search_tsv",
+        "episodic_tenant_agent_created",
+        "episodic_tenant_agent_session",
+        "episodic_tenant_created",
+        "episodic_tenant_id",
+        "episodic_tenant_user",
+        hnsw.as_str(),
+    ];
+    want.sort();
+    assert_eq!(indexes, want);
+    let pkey: String = sqlx::query_scalar(
+        "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'episodic_memory_pkey'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(pkey, "PRIMARY KEY (id)");
+    // The generated column is generated again, and the checks still hold.
+    run("INSERT INTO episodic_memory (id, tenant_id, agent_id, content, content_hash, importance, retention, \
+             occurred_at, created_at, updated_at) \
+         VALUES ('00000000-0000-7000-8000-000000000003', 't', 'a', 'cats purr', 'h3', 0.5, 'permanent', now(), now(), now())"
+        .into())
+    .await;
+    let tsv: String = sqlx::query_scalar("SELECT search_tsv::text FROM episodic_memory WHERE content_hash = 'h3'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(tsv.contains("'purr'"), "{tsv}");
+    let refused = sqlx::raw_sql(
+        "INSERT INTO episodic_memory (id, tenant_id, agent_id, content, content_hash, importance, retention, \
+             occurred_at, created_at, updated_at) \
+         VALUES (gen_random_uuid(), 't', 'a', 'x', 'h4', 2.0, 'permanent', now(), now(), now())",
+    )
+    .execute(&pool)
+    .await;
+    assert!(refused.is_err(), "importance 2.0 passed the check");
+    // The rebuilt HNSW index answers a nearest-neighbour query.
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::raw_sql("SET LOCAL enable_seqscan = off").execute(&mut *tx).await.unwrap();
+    let plan: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(
+        "EXPLAIN SELECT id FROM episodic_memory WHERE embedding_model = 'tiny-3' \
+         ORDER BY embedding::vector(3) <=> '[1,0.1,0]'::vector(3) LIMIT 1"
+            .to_string(),
+    ))
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
+    assert!(plan.iter().any(|l| l.contains(&hnsw)), "{plan:?}");
+    let nearest: String = sqlx::query_scalar(
+        "SELECT content FROM episodic_memory WHERE embedding_model = 'tiny-3' \
+         ORDER BY embedding::vector(3) <=> '[1,0.1,0]'::vector(3) LIMIT 1",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    assert_eq!(nearest, "walked the dog in May");
+    tx.rollback().await.unwrap();
+    pool.close().await;
+    crate::helpers::drop_database(&url).await;
 }
 
 #[tokio::test]

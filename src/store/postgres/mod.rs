@@ -1,5 +1,5 @@
-//! The Postgres backend of the persistent tiers: connection pool, migrations,
-//! episodic partitions and per-model vector indexes. The `MemoryStore`
+//! The Postgres backend of the persistent tiers: connection pool, migrations
+//! and per-model vector indexes. The `MemoryStore`
 //! implementation itself is in `memories.rs`, the write primitives
 //! (`WriteTx`) in `write.rs`; export and import of a tenant's rows in
 //! `transfer.rs`; retention's deletes in `retention.rs`.
@@ -29,7 +29,7 @@ use crate::config::{DatabaseConfig, SearchConfig};
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 /// Advisory-lock keys; any replica may run maintenance, one at a time.
-const LOCK_PARTITIONS: i64 = 0x656e_6772_616d_0001;
+/// (…_0001 guarded the monthly partitions, gone since migration 0007.)
 const LOCK_MODELS: i64 = 0x656e_6772_616d_0002;
 /// Held (session-level) by the one replica running a retention sweep.
 const LOCK_RETENTION: i64 = 0x656e_6772_616d_0003;
@@ -82,19 +82,22 @@ impl PgStore {
         &self.pool
     }
 
-    /// Creates the current month's episodic partition and `ahead` more.
-    /// Returns how many were created.
-    pub async fn ensure_partitions(&self, now: DateTime<Utc>, ahead: u32) -> anyhow::Result<i32> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(LOCK_PARTITIONS).execute(&mut *tx).await?;
-        let created: i32 = sqlx::query_scalar("SELECT engram_ensure_episodic_partitions($1::date, $2)")
-            .bind(now.date_naive())
-            .bind(ahead as i32)
-            .fetch_one(&mut *tx)
+    /// Fails, naming the first missing one, unless every migration this
+    /// build knows has been applied: a server must not run its queries
+    /// against an older schema.
+    pub async fn check_migrated(&self) -> anyhow::Result<()> {
+        let applied: Vec<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+            .fetch_all(&self.pool)
             .await
-            .context("creating episodic partitions")?;
-        tx.commit().await?;
-        Ok(created)
+            .context("reading the applied migrations (did migrations run? try `engram migrate`)")?;
+        if let Some(missing) = MIGRATOR.iter().find(|m| !applied.contains(&m.version)) {
+            anyhow::bail!(
+                "the database lacks migration {} ({}): run `engram migrate` or set database.migrate_on_start",
+                missing.version,
+                missing.description
+            );
+        }
+        Ok(())
     }
 
     /// Registers an embedding model and creates its HNSW indexes (one per

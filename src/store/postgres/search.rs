@@ -282,8 +282,8 @@ impl PgStore {
         }
         qb.push(" AS similarity, coalesce(ts_rank(n.search_tsv, q.q), 0)::float8 AS text_rank FROM a CROSS JOIN q");
         qb.push(" CROSS JOIN LATERAL (");
-        // The plain bound on created_at lets the executor skip the monthly
-        // partitions on the wrong side of the anchor.
+        // Each side walks the (tenant, agent, session, created_at) index from
+        // the anchor outwards.
         for (i, (cmp, order)) in [("<", "DESC"), (">", "ASC")].into_iter().enumerate() {
             if i > 0 {
                 qb.push(" UNION ALL ");

@@ -6,8 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::Context;
-use chrono::{DateTime, Datelike, Utc};
+use chrono::{DateTime, Utc};
 use sqlx::{AssertSqlSafe, Postgres, QueryBuilder};
 
 use super::rows::{self, MemoryRow};
@@ -75,8 +74,7 @@ impl PgStore {
     /// Inserts the rows as given in one transaction, skipping ids the tenant
     /// already has. Beforehand (each in its own short transaction, as the
     /// server does at start): registers the vectors' models with their
-    /// indexes, and creates the episodic partitions of the months the rows
-    /// were ingested in, so old rows do not pile up in the DEFAULT partition.
+    /// indexes.
     pub async fn import_batch(&self, tenant: &str, batch: &[StoredMemory]) -> anyhow::Result<Vec<bool>> {
         let mut models = BTreeMap::new();
         for e in batch.iter().filter_map(|r| r.embedding.as_ref()) {
@@ -84,15 +82,6 @@ impl PgStore {
         }
         for (model, dimensions) in models {
             self.ensure_model(model, dimensions).await?;
-        }
-        // One instant per month present; the partition covers the whole month.
-        let months: BTreeMap<(i32, u32), DateTime<Utc>> = batch
-            .iter()
-            .filter(|r| r.memory.tier == Tier::Episodic)
-            .map(|r| ((r.memory.created_at.year(), r.memory.created_at.month()), r.memory.created_at))
-            .collect();
-        for at in months.into_values() {
-            self.ensure_partitions(at, 0).await.context("creating an episodic partition")?;
         }
 
         let mut tx = self.pool.begin().await?;
