@@ -29,9 +29,6 @@ use crate::domain::erasure::{
 use crate::store::erasure::Erasures;
 use crate::store::{Doomed, SkillCache, StoreResult, Sweep, Transfer, WorkingMemory};
 
-/// Persistent rows whose vectors the verification searches with, per tier.
-const VERIFY_SAMPLES: usize = 4;
-
 pub struct Eraser {
     pub erasure: Arc<dyn Erasures>,
     pub sweep: Arc<dyn Sweep>,
@@ -153,7 +150,7 @@ impl Eraser {
         self.erasure.update_erasure(r).await?;
 
         let claimed = self.erasure.claimed(&r.tenant, r.id).await?;
-        let samples = self.erasure.sample_vectors(&r.tenant, &claimed, VERIFY_SAMPLES).await?;
+        let samples = self.erasure.sample_vectors(&r.tenant, r.id).await?;
         for tier in [Tier::Episodic, Tier::Semantic, Tier::Procedural] {
             let doomed: Vec<Doomed> = claimed
                 .iter()

@@ -54,7 +54,9 @@ pub trait ErasureTx: Send {
     async fn linked_facts(&mut self, tenant: &str, ids: &[Uuid]) -> StoreResult<Vec<Linked>>;
 
     /// Claims rows for the erasure `erasure` and hides them from every read
-    /// (their expiry becomes `at`); returns those no other erasure had claimed.
+    /// from the commit on: SQLite moves their expiry to `at` (the worker
+    /// deletes them with their in-process index entries), Postgres deletes
+    /// them at once. Returns those no other erasure had claimed.
     async fn claim(
         &mut self,
         tenant: &str,
@@ -102,14 +104,10 @@ pub trait Erasures: Send + Sync {
     /// (on Postgres, across replicas).
     async fn try_lease(&self) -> StoreResult<Option<SweepLease>>;
 
-    /// Up to `limit` stored vectors of these rows per tier, for the
-    /// verification's nearest-neighbour queries after they are deleted.
-    async fn sample_vectors(
-        &self,
-        tenant: &str,
-        rows: &[(Tier, Uuid)],
-        limit: usize,
-    ) -> StoreResult<Vec<(Tier, Embedding)>>;
+    /// A few vectors of the erasure's rows, kept when they were claimed, for
+    /// the verification's nearest-neighbour queries after they are deleted
+    /// (none where the verification asks the vector index for the ids).
+    async fn sample_vectors(&self, tenant: &str, erasure: Uuid) -> StoreResult<Vec<(Tier, Embedding)>>;
 
     /// Makes deleted bytes go (Postgres: VACUUM; SQLite: the WAL checkpointed
     /// and truncated, freed pages already zeroed by secure_delete); returns

@@ -326,13 +326,8 @@ impl Erasures for PostgresRedis {
         self.pg.try_lease_erasures().await
     }
 
-    async fn sample_vectors(
-        &self,
-        tenant: &str,
-        rows: &[(Tier, uuid::Uuid)],
-        limit: usize,
-    ) -> StoreResult<Vec<(Tier, super::Embedding)>> {
-        self.pg.sample_vectors(tenant, rows, limit).await
+    async fn sample_vectors(&self, tenant: &str, erasure: uuid::Uuid) -> StoreResult<Vec<(Tier, super::Embedding)>> {
+        self.pg.sample_vectors(tenant, erasure).await
     }
 
     async fn purge(&self) -> StoreResult<std::collections::BTreeMap<String, String>> {
@@ -402,12 +397,7 @@ impl Erasures for SqliteStore {
         self.try_lease_erasures().await
     }
 
-    async fn sample_vectors(
-        &self,
-        _tenant: &str,
-        _rows: &[(Tier, uuid::Uuid)],
-        _limit: usize,
-    ) -> StoreResult<Vec<(Tier, super::Embedding)>> {
+    async fn sample_vectors(&self, _tenant: &str, _erasure: uuid::Uuid) -> StoreResult<Vec<(Tier, super::Embedding)>> {
         Ok(self.sample_vectors_none())
     }
 

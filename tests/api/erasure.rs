@@ -211,6 +211,13 @@ async fn a_users_memories_are_hidden_at_once_then_gone_from_every_store_with_a_r
     if let Some(pg) = app.storage.pg() {
         assert_eq!(postgres_rows_containing(pg.pool(), &marker).await, 0);
         assert_eq!(redis_values_containing(&app, &marker), 0);
+        // The claims and the vectors kept for the verification end with it.
+        let left: (i64, i64) =
+            sqlx::query_as("SELECT (SELECT count(*) FROM erasure_items), (SELECT count(*) FROM erasure_probes)")
+                .fetch_one(pg.pool())
+                .await
+                .unwrap();
+        assert_eq!(left, (0, 0));
     }
     if let Some(sqlite) = app.storage.sqlite() {
         assert_eq!(files_containing(sqlite.dir(), &marker), Vec::<String>::new(), "no byte of it in the data dir");

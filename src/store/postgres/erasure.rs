@@ -23,6 +23,9 @@ use crate::store::erasure::{ErasureRow, ErasureTx, Linked};
 use crate::store::write::WriteTx;
 use crate::store::{Embedding, StoreError, StoreResult, SweepLease, corrupt};
 
+/// Vectors of erased rows kept per tier for the verification.
+const PROBES_PER_TIER: i64 = 4;
+
 fn tier_of(s: &str) -> StoreResult<Tier> {
     Tier::parse(s).ok_or_else(|| corrupt("tier", s))
 }
@@ -98,7 +101,7 @@ impl ErasureTx for PgTx {
         tenant: &str,
         erasure: Uuid,
         rows: &[ErasureRow],
-        at: DateTime<Utc>,
+        _at: DateTime<Utc>,
     ) -> StoreResult<Vec<ErasureRow>> {
         let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
         let tiers: Vec<&str> = rows.iter().map(|r| r.tier.as_str()).collect();
@@ -116,20 +119,26 @@ impl ErasureTx for PgTx {
         .map_err(store_error)?;
         let claimed: HashSet<Uuid> = claimed.into_iter().collect();
         let out: Vec<ErasureRow> = rows.iter().filter(|r| claimed.contains(&r.id)).cloned().collect();
+        // Deleted outright, not hidden by expiry as on SQLite (migration 0009
+        // says why). A few of their vectors stay in `erasure_probes` for the
+        // verification's nearest-neighbour queries.
         for tier in PERSISTENT {
             let ids: Vec<Uuid> = out.iter().filter(|r| r.tier == tier).map(|r| r.id).collect();
             if ids.is_empty() {
                 continue;
             }
-            // Hidden from every read from now on: reads leave out rows past expires_at.
             sqlx::query(AssertSqlSafe(format!(
-                "UPDATE {} SET expires_at = $3 WHERE tenant_id = $1 AND id = ANY($2) \
-                 AND (expires_at IS NULL OR expires_at > $3)",
+                "WITH gone AS (DELETE FROM {} WHERE tenant_id = $1 AND id = ANY($2) \
+                     RETURNING embedding_model, embedding) \
+                 INSERT INTO erasure_probes (tenant_id, erasure_id, tier, embedding_model, embedding) \
+                 SELECT $1, $3, $4, embedding_model, embedding FROM gone WHERE embedding IS NOT NULL LIMIT $5",
                 table(tier)
             )))
             .bind(tenant)
             .bind(&ids)
-            .bind(at)
+            .bind(erasure)
+            .bind(tier.as_str())
+            .bind(PROBES_PER_TIER)
             .execute(&mut *self.tx)
             .await
             .map_err(store_error)?;
@@ -334,6 +343,14 @@ impl PgStore {
             .execute(&self.pool)
             .await
             .map_err(store_error)?;
+        sqlx::query("DELETE FROM erasure_probes WHERE tenant_id = $1 AND erasure_id = $2")
+            .bind(tenant)
+            .bind(erasure)
+            .execute(&self.pool)
+            .await
+            .map_err(store_error)?;
+        // The probes were the subject's vectors: their dead tuples go too.
+        sqlx::query("VACUUM erasure_probes").execute(&self.pool).await.map_err(store_error)?;
         Ok(())
     }
 
@@ -348,31 +365,20 @@ impl PgStore {
         Ok(got.then(|| SweepLease::holding(conn)))
     }
 
-    pub async fn sample_vectors(
-        &self,
-        tenant: &str,
-        rows: &[(Tier, Uuid)],
-        limit: usize,
-    ) -> StoreResult<Vec<(Tier, Embedding)>> {
-        let mut out = Vec::new();
-        for tier in PERSISTENT {
-            let ids: Vec<Uuid> = rows.iter().filter(|(t, _)| *t == tier).map(|(_, id)| *id).take(limit).collect();
-            if ids.is_empty() {
-                continue;
-            }
-            let found: Vec<(String, pgvector::Vector)> = sqlx::query_as(AssertSqlSafe(format!(
-                "SELECT embedding_model, embedding FROM {} WHERE tenant_id = $1 AND id = ANY($2) \
-                 AND embedding IS NOT NULL",
-                table(tier)
-            )))
-            .bind(tenant)
-            .bind(&ids)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(store_error)?;
-            out.extend(found.into_iter().map(|(model, v)| (tier, Embedding { model, vector: v.to_vec() })));
-        }
-        Ok(out)
+    /// The vectors kept from the erasure's rows when they were deleted.
+    pub async fn sample_vectors(&self, tenant: &str, erasure: Uuid) -> StoreResult<Vec<(Tier, Embedding)>> {
+        let found: Vec<(String, String, pgvector::Vector)> = sqlx::query_as(
+            "SELECT tier, embedding_model, embedding FROM erasure_probes WHERE tenant_id = $1 AND erasure_id = $2",
+        )
+        .bind(tenant)
+        .bind(erasure)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(store_error)?;
+        found
+            .into_iter()
+            .map(|(tier, model, v)| Ok((tier_of(&tier)?, Embedding { model, vector: v.to_vec() })))
+            .collect()
     }
 
     /// VACUUM of every table an erasure deletes from: dead tuples (the

@@ -109,36 +109,32 @@ impl ErasureTx for SqliteTx {
         rows: &[ErasureRow],
         at: DateTime<Utc>,
     ) -> StoreResult<Vec<ErasureRow>> {
-        let mut out = Vec::new();
-        for r in rows {
-            let claimed = sqlx::query(
-                "insert into erasure_items (tenant_id, id, erasure_id, tier) values (?1, ?2, ?3, ?4) \
-                 on conflict do nothing",
-            )
-            .bind(tenant)
-            .bind(r.id)
-            .bind(erasure)
-            .bind(r.tier.as_str())
-            .execute(&mut *self.tx)
-            .await
-            .map_err(store_error)?;
-            if claimed.rows_affected() == 0 {
+        // Two statements per `CHUNK` rows, not two per row: the transaction
+        // holds the embedded write queue while it runs.
+        let mut claimed: HashSet<Uuid> = HashSet::with_capacity(rows.len());
+        for chunk in rows.chunks(CHUNK) {
+            let mut qb: QueryBuilder<Sqlite> =
+                QueryBuilder::new("insert into erasure_items (tenant_id, id, erasure_id, tier) ");
+            qb.push_values(chunk, |mut b, r| {
+                b.push_bind(tenant).push_bind(r.id).push_bind(erasure).push_bind(r.tier.as_str());
+            });
+            qb.push(" on conflict do nothing returning id");
+            let ids: Vec<Uuid> = qb.build_query_scalar().fetch_all(&mut *self.tx).await.map_err(store_error)?;
+            if ids.is_empty() {
                 continue;
             }
             // Hidden from every read from now on: reads leave out rows past
-            // expires_at, and the row leaves the in-process indexes at commit.
-            sqlx::query(
-                "update memories set expires_at = ?3 where tenant_id = ?1 and id = ?2 \
-                 and (expires_at is null or expires_at > ?3)",
-            )
-            .bind(tenant)
-            .bind(r.id)
-            .bind(micros(at))
-            .execute(&mut *self.tx)
-            .await
-            .map_err(store_error)?;
+            // expires_at, and the rows leave the in-process indexes at commit.
+            let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new("update memories set expires_at = ");
+            qb.push_bind(micros(at)).push(" where tenant_id = ").push_bind(tenant);
+            qb.push(" and (expires_at is null or expires_at > ").push_bind(micros(at)).push(") and id in ");
+            push_ids(&mut qb, &ids);
+            qb.build().execute(&mut *self.tx).await.map_err(store_error)?;
+            claimed.extend(ids);
+        }
+        let out: Vec<ErasureRow> = rows.iter().filter(|r| claimed.contains(&r.id)).cloned().collect();
+        for r in &out {
             self.record(tenant, IndexOp::Remove(r.id));
-            out.push(r.clone());
         }
         Ok(out)
     }
