@@ -666,6 +666,7 @@ const SECTIONS: &[&str] = &[
     "facts",
     "search",
     "retention",
+    "erasure",
     "agents",
     "log",
 ];
@@ -1157,6 +1158,16 @@ mod tests {
         let mut c = Config::default();
         c.embedding.local.batch_window_ms = 5_000;
         assert!(c.validate().unwrap_err().to_string().contains("embedding.local.batch_window_ms"));
+    }
+
+    #[test]
+    fn every_section_can_be_set_from_the_environment() {
+        let defaults = serde_json::to_value(Config::default()).unwrap();
+        let sections: Vec<&String> = defaults.as_object().unwrap().keys().collect();
+        assert!(sections.len() > 10, "{sections:?}");
+        for section in sections {
+            assert!(SECTIONS.contains(&section.as_str()), "ENGRAM_{}__* is not read", section.to_uppercase());
+        }
     }
 
     #[test]
