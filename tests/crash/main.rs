@@ -4,8 +4,10 @@
 //! (not the router in-process): only a separate process can be killed without
 //! warning. `load` kills it under a write load and reads every acknowledged
 //! id back; `outbox` kills it between a batch's Postgres commit and its
-//! Redis write and checks that the batch ends up whole, once.
+//! Redis write and checks that the batch ends up whole, once; `erasure`
+//! kills it among an erasure's deletes and checks that the erasure resumes.
 
+mod erasure;
 mod load;
 mod outbox;
 mod server;
