@@ -1,5 +1,6 @@
 //! Pure rules and types of engram's memory model: tiers, retention (expiry
-//! and decay), content normalisation, classification and input validation.
+//! and decay), content normalisation, classification, input validation and
+//! the redaction of personal data and secrets before memories are shared.
 //!
 //! Nothing here knows about HTTP, SQL or Redis, so every rule can be unit
 //! tested with exact values and reused by every storage backend.
@@ -11,6 +12,7 @@ pub mod draft;
 pub mod erasure;
 pub mod facts;
 pub mod memory;
+pub mod redact;
 pub mod retention;
 pub mod rows;
 pub mod scoring;
