@@ -353,3 +353,29 @@ async fn held_memories_outlive_expiry_and_decay_until_the_hold_is_released() {
     }
     done(app, db).await;
 }
+
+#[tokio::test]
+async fn a_hold_placed_between_decays_listing_and_its_delete_still_keeps_the_memory() {
+    let (app, db) = sweeping_app(|_| {}).await;
+    let dull = app
+        .write_one(json!({"agent_id": "b", "user_id": "gail", "tier": "episodic", "content": "Gail's dull note",
+            "importance": 0.05}))
+        .await;
+    app.clock.advance(Duration::days(20));
+    let now = app.clock.now_plus(Duration::zero());
+    let listed = app.storage.sweep.decay_candidates(Tier::Episodic, None, &app.retention.decay, None, 100, now);
+    let doomed: Vec<engram::store::Doomed> = listed
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|c| app.retention.decay.should_forget(c, now))
+        .map(|c| engram::store::Doomed { tenant: c.tenant, id: c.id })
+        .collect();
+    assert_eq!(doomed.iter().map(|d| d.id).collect::<Vec<_>>(), [id_of(&dull)], "listed before the hold");
+
+    place(&app, json!({"user_id": "gail"})).await;
+    let gone = app.storage.sweep.delete(Tier::Episodic, &doomed).await.unwrap();
+    assert!(gone.is_empty(), "{gone:?}");
+    assert_eq!(stored_rows(&app, id_of(&dull)).await, 1);
+    done(app, db).await;
+}
