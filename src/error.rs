@@ -9,6 +9,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
+use uuid::Uuid;
 
 use crate::config::Scope;
 use crate::domain::validate::FieldError;
@@ -50,6 +51,12 @@ pub enum ApiError {
     MemoryNotFound,
     #[error("no erasure with this id")]
     ErasureNotFound,
+    #[error("no legal hold with this id")]
+    HoldNotFound,
+    #[error("{0}")]
+    LegalHold(String),
+    #[error("{0}")]
+    ErasureInProgress(String),
     #[error("no such route")]
     RouteNotFound,
     #[error("method not allowed on this route")]
@@ -94,6 +101,9 @@ impl ApiError {
             ApiError::InvalidCursor => (StatusCode::BAD_REQUEST, "invalid_cursor"),
             ApiError::MemoryNotFound => (StatusCode::NOT_FOUND, "memory_not_found"),
             ApiError::ErasureNotFound => (StatusCode::NOT_FOUND, "erasure_not_found"),
+            ApiError::HoldNotFound => (StatusCode::NOT_FOUND, "hold_not_found"),
+            ApiError::LegalHold(_) => (StatusCode::CONFLICT, "legal_hold"),
+            ApiError::ErasureInProgress(_) => (StatusCode::CONFLICT, "erasure_in_progress"),
             ApiError::RouteNotFound => (StatusCode::NOT_FOUND, "route_not_found"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
@@ -127,6 +137,15 @@ impl From<StoreError> for ApiError {
             StoreError::NotFound => ApiError::MemoryNotFound,
             StoreError::Conflict(msg) => ApiError::Conflict(msg),
             StoreError::Invalid(fe) => ApiError::InvalidField(fe),
+            StoreError::Held(holds) => ApiError::LegalHold(crate::domain::holds::refusal(&holds)),
+            StoreError::Erasing(ids) => {
+                let ids: Vec<String> = ids.iter().map(Uuid::to_string).collect();
+                ApiError::ErasureInProgress(format!(
+                    "the user has an erasure in progress ({}); a hold cannot keep what an accepted erasure is \
+                     deleting: place it once the erasure has finished (GET /v1/erasure/{{id}})",
+                    ids.join(", ")
+                ))
+            }
             StoreError::Unavailable { what, retry_after_secs, source } => {
                 tracing::warn!(error = %source, what, "backend unavailable");
                 ApiError::Unavailable { what, retry_after_secs }

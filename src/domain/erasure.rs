@@ -270,7 +270,8 @@ pub struct NewAuditEntry {
     pub at: DateTime<Utc>,
     /// The API key's id (never the key), or `cli` for the command line.
     pub actor: String,
-    /// `erasure`, `export`, `import`.
+    /// `erasure`, `subject_export`, `export`, `import`, `legal_hold_placed`,
+    /// `legal_hold_released`.
     pub operation: String,
     /// What it applied to, as JSON (a selector; never content).
     pub target: Value,

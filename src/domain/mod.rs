@@ -11,6 +11,7 @@ pub mod context;
 pub mod draft;
 pub mod erasure;
 pub mod facts;
+pub mod holds;
 pub mod memory;
 pub mod redact;
 pub mod retention;

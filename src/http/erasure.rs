@@ -1,5 +1,5 @@
 //! `/v1/erasure` (the right to be forgotten) and `/v1/audit` (the
-//! append-only log of erasures, exports and imports). Operator routes: an
+//! append-only log of erasures, exports, imports and legal holds). Operator routes: an
 //! `admin` key's. Handlers parse and map; the work is `jobs::erasure`'s.
 
 use std::collections::BTreeMap;
@@ -118,8 +118,10 @@ impl From<ErasureRecord> for ErasureResponse {
 /// in-process indexes, remembered idempotent responses that show them),
 /// the deleted bytes purged, and every store queried again to verify.
 /// `GET /v1/erasure/{id}` gives the state and receipt. An unknown user is
-/// accepted and completes with nothing found. Needs an `admin` key when the
-/// server has keys; audited.
+/// accepted and completes with nothing found. Refused with 409 `legal_hold`,
+/// naming the holds, when anything the erasure would touch belongs to a
+/// user under an active legal hold (`/v1/holds`). Needs an `admin` key when
+/// the server has keys; audited.
 #[utoipa::path(
     post, path = "/v1/erasure", tag = "erasure",
     request_body = ErasureRequest,
@@ -128,6 +130,7 @@ impl From<ErasureRecord> for ErasureResponse {
             headers(("Location" = String, description = "The erasure's receipt"))),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 403, description = "The key's scope is too small (insufficient_scope; needs `admin`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
+        (status = 409, description = "Memories the erasure would touch are under legal hold (legal_hold; the message names the holds)", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 415, description = "The body is not `application/json`", body = ErrorBody),
         (status = 422, description = "Invalid selector", body = ErrorBody),
@@ -179,7 +182,8 @@ pub struct AuditEntryResponse {
     pub at: DateTime<Utc>,
     /// The API key's id (`keyless` without keys; `cli` for the command line).
     pub actor: String,
-    /// `erasure`, `export` or `import`.
+    /// `erasure`, `subject_export`, `export`, `import`, `legal_hold_placed`
+    /// or `legal_hold_released`.
     pub operation: String,
     /// What it applied to.
     #[schema(value_type = Object)]

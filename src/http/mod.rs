@@ -7,6 +7,7 @@
 pub mod dto;
 pub mod erasure;
 pub mod extract;
+pub mod holds;
 pub mod limits;
 pub mod memories;
 pub mod origin;
@@ -51,14 +52,16 @@ const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
             it.\n\n\
             Scopes: each key has one, listed as the role of an operation's `bearer` requirement: `read` (get, \
             list, history, search, context), `read_write` (also write, update, delete) or `admin` (also the \
-            retention preview, erasure, the audit log, `/metrics` and the checks of `/readyz`). A key with too small a scope gets 403 \
+            retention preview, erasure, legal holds, the audit log, `/metrics` and the checks of `/readyz`). A key with too small a scope gets 403 \
             `insufficient_scope`, its `WWW-Authenticate` naming the scope needed.\n\n\
             Errors: `{\"error\": {\"code\", \"message\", \"field\"?, \"request_id\"}}` with stable codes: \
             invalid_json (400), invalid_cursor (400), unauthorized (401), insufficient_scope (403, the API key's \
             scope does not allow the operation), host_not_allowed and origin_not_allowed \
             (403, only without API keys: the Host and Origin headers must name localhost, 127.0.0.1, [::1] or a \
-            configured host), memory_not_found (404), erasure_not_found (404), \
+            configured host), memory_not_found (404), erasure_not_found (404), hold_not_found (404), \
             route_not_found (404), method_not_allowed (405), idempotency_key_reused (409), conflict (409), \
+            legal_hold (409, an erasure would touch memories under a legal hold; the message names the holds), \
+            erasure_in_progress (409, a hold on a user whose erasure is unfinished), \
             payload_too_large (413), unsupported_media_type (415, a body without `Content-Type: application/json`), \
             invalid_field (422, `field` is a JSON pointer for body fields and the \
             parameter name for path and query parameters), service_unavailable and timeout (503, with Retry-After), \
@@ -70,7 +73,7 @@ const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
         (name = "memories", description = "Write, read, list, update and delete memories"),
         (name = "recall", description = "Search with priority scoring, and token-budgeted context"),
         (name = "retention", description = "What the retention sweep will delete"),
-        (name = "erasure", description = "Erasing a data subject's memories from every store, and the audit log"),
+        (name = "erasure", description = "Erasing a data subject's memories from every store, legal holds, and the audit log"),
         (name = "operations", description = "Health, readiness and metrics"),
     )
 )]
@@ -102,6 +105,8 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(erasure::list_audit))
         .routes(routes!(erasure::verify_audit))
         .routes(routes!(erasure::export_subject))
+        .routes(routes!(holds::place_hold, holds::list_holds))
+        .routes(routes!(holds::get_hold, holds::release_hold))
         .routes(routes!(system::healthz))
         .routes(routes!(system::readyz))
         .routes(routes!(system::metrics))

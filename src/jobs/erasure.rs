@@ -7,6 +7,8 @@
 //! and appends the audit entry. A store that is down leaves the erasure
 //! `retrying` (the claims keep it hidden); the next look resumes it, also
 //! after a restart. One worker at a time (on Postgres, across replicas).
+//! Legal holds are placed and released here too: they and erasures are
+//! decided against each other in one transaction (`store::erasure`).
 //!
 //! Must not: decide what belongs to the subject (`domain::erasure`), or
 //! hold SQL (`store::erasure`).
@@ -26,6 +28,7 @@ use crate::domain::Tier;
 use crate::domain::erasure::{
     AuditEntry, Broken, Counts, Erasing, ErasureRecord, ErasureState, NewAuditEntry, Receipt, Subject, verify_chain,
 };
+use crate::domain::holds::{self, Hold};
 use crate::store::erasure::Erasures;
 use crate::store::{Doomed, SkillCache, StoreResult, Sweep, Transfer, WorkingMemory};
 
@@ -85,6 +88,67 @@ impl Eraser {
         metrics::counter!("engram_erasures_total", "state" => "pending").increment(1);
         self.wake.notify_one();
         Ok(accepted.record)
+    }
+
+    /// Places a legal hold on a user, audited in the same transaction
+    /// (`store::erasure::place_hold`). Refused while an erasure of the user
+    /// is unfinished.
+    pub async fn place_hold(
+        &self,
+        tenant: &str,
+        actor: &str,
+        user_id: String,
+        reason: Option<String>,
+    ) -> StoreResult<Hold> {
+        let hold = Hold::new(tenant, user_id, reason, actor, self.clock.now());
+        let audit = NewAuditEntry {
+            tenant: tenant.to_string(),
+            at: hold.placed_at,
+            actor: actor.to_string(),
+            operation: holds::PLACED.into(),
+            // The user and the hold, never the reason: it is free text.
+            target: json!({"hold_id": hold.id, "user_id": hold.user_id}),
+            counts: json!({}),
+        };
+        let tx = self.erasure.begin_erasure().await?;
+        crate::store::erasure::place_hold(tx, &hold, &audit).await?;
+        metrics::counter!("engram_legal_holds_total", "change" => "placed").increment(1);
+        Ok(hold)
+    }
+
+    /// Releases a hold, audited in the same transaction; a hold already
+    /// released is returned unchanged. `None`: the tenant has no such hold.
+    pub async fn release_hold(&self, tenant: &str, actor: &str, id: Uuid) -> StoreResult<Option<Hold>> {
+        let now = self.clock.now();
+        let tx = self.erasure.begin_erasure().await?;
+        let mut changed = false;
+        let released = crate::store::erasure::release_hold(tx, tenant, id, |held| {
+            changed = true;
+            let released = held.released(actor, now);
+            let audit = NewAuditEntry {
+                tenant: tenant.to_string(),
+                at: released.released_at.unwrap_or(now),
+                actor: actor.to_string(),
+                operation: holds::RELEASED.into(),
+                target: json!({"hold_id": released.id, "user_id": released.user_id}),
+                counts: json!({}),
+            };
+            (released, audit)
+        })
+        .await?;
+        if changed {
+            metrics::counter!("engram_legal_holds_total", "change" => "released").increment(1);
+        }
+        Ok(released)
+    }
+
+    pub async fn hold(&self, tenant: &str, id: Uuid) -> StoreResult<Option<Hold>> {
+        self.erasure.hold(tenant, id).await
+    }
+
+    /// The tenant's active holds, of one user when given.
+    pub async fn active_holds(&self, tenant: &str, user_id: Option<&str>) -> StoreResult<Vec<Hold>> {
+        self.erasure.active_holds(tenant, user_id).await
     }
 
     pub async fn receipt(&self, tenant: &str, id: Uuid) -> StoreResult<Option<ErasureRecord>> {

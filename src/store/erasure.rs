@@ -4,6 +4,12 @@
 //! verifies with. `accept` composes the primitives with the rules of
 //! `domain::erasure`, once for every backend; and the audit log.
 //!
+//! Legal holds share the accepting transaction's primitives: placing a hold
+//! and accepting an erasure of the same user lock that user first, so each
+//! sees what the other committed (`place_hold`, `release_hold` and the check
+//! in `accept`, written once for every backend; the rules are
+//! `domain::holds`'s).
+//!
 //! Must not: decide what belongs to a subject (`domain::erasure` does).
 
 use std::collections::{BTreeMap, HashSet};
@@ -13,8 +19,9 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{Embedding, StoreResult, SweepLease};
+use super::{Embedding, StoreError, StoreResult, SweepLease};
 use crate::domain::erasure::{self, AuditEntry, Counts, ErasureRecord, NewAuditEntry, Subject};
+use crate::domain::holds::{self, Hold};
 use crate::domain::{Memory, Tier};
 
 /// A persistent row an erasure looks at.
@@ -78,6 +85,32 @@ pub trait ErasureTx: Send {
     /// Stores a new erasure.
     async fn insert_erasure(&mut self, record: &ErasureRecord) -> StoreResult<()>;
 
+    /// Serialises this transaction, until it ends, with every other that
+    /// locks one of these users of the tenant (given sorted, so two
+    /// transactions never wait for each other in a circle). Postgres takes
+    /// a transaction-scoped advisory lock per (tenant, user); the embedded
+    /// backend's single writer already serialises every write transaction.
+    async fn lock_users(&mut self, tenant: &str, users: &[String]) -> StoreResult<()>;
+
+    /// The active holds on any of these users.
+    async fn active_holds(&mut self, tenant: &str, users: &[String]) -> StoreResult<Vec<Hold>>;
+
+    /// Unfinished erasures that name this user or have claimed rows of it
+    /// that are not deleted yet.
+    async fn erasures_of_user(&mut self, tenant: &str, user_id: &str) -> StoreResult<Vec<Uuid>>;
+
+    async fn insert_hold(&mut self, hold: &Hold) -> StoreResult<()>;
+
+    /// A hold of the tenant, locked until the transaction ends.
+    async fn hold_for_update(&mut self, tenant: &str, id: Uuid) -> StoreResult<Option<Hold>>;
+
+    /// Saves a hold's release (`released_by`, `released_at`).
+    async fn save_release(&mut self, hold: &Hold) -> StoreResult<()>;
+
+    /// Appends to the tenant's audit chain in this transaction, so the
+    /// entry and the change it records commit together.
+    async fn append_audit(&mut self, entry: &NewAuditEntry) -> StoreResult<AuditEntry>;
+
     async fn commit(self: Box<Self>) -> StoreResult<()>;
 }
 
@@ -128,6 +161,12 @@ pub trait Erasures: Send + Sync {
 
     /// Audit entries in `seq` order after `after`, of one tenant or of all.
     async fn audit_page(&self, tenant: Option<&str>, after: i64, limit: usize) -> StoreResult<Vec<AuditEntry>>;
+
+    /// A hold of the tenant, active or released.
+    async fn hold(&self, tenant: &str, id: Uuid) -> StoreResult<Option<Hold>>;
+
+    /// The tenant's active holds (on one user when given), oldest first.
+    async fn active_holds(&self, tenant: &str, user_id: Option<&str>) -> StoreResult<Vec<Hold>>;
 }
 
 /// An erasure as accepted.
@@ -171,6 +210,20 @@ pub async fn accept(mut tx: Box<dyn ErasureTx>, mut record: ErasureRecord, store
         }
         frontier = next;
     }
+    // Under legal hold: refused before anything is claimed. The users are
+    // locked first, so a hold committed before this check is seen, and a
+    // hold placed after it waits for this transaction and then finds the
+    // erasure (and is refused in turn).
+    let subject_user = match &record.subject {
+        Subject::User { user_id, .. } => Some(user_id.as_str()),
+        Subject::Memories { .. } => None,
+    };
+    let users = holds::users_touched(subject_user, rows.iter().map(|r| r.user_id.as_deref()));
+    tx.lock_users(tenant, &users).await?;
+    let held = tx.active_holds(tenant, &users).await?;
+    if !held.is_empty() {
+        return Err(StoreError::Held(held));
+    }
     // Expired from a microsecond before the request (which is rounded up
     // to a whole microsecond), so a read at the request's own instant
     // already leaves the rows out.
@@ -201,4 +254,40 @@ pub async fn accept(mut tx: Box<dyn ErasureTx>, mut record: ErasureRecord, store
     tx.insert_erasure(&record).await?;
     tx.commit().await?;
     Ok(Accepted { record, skills })
+}
+
+/// Places a hold, with its audit entry, in one transaction; refused while
+/// an erasure of the user is unfinished (`domain::holds`). `audit` is the
+/// entry to append, built by the caller from the hold.
+pub async fn place_hold(mut tx: Box<dyn ErasureTx>, hold: &Hold, audit: &NewAuditEntry) -> StoreResult<AuditEntry> {
+    tx.lock_users(&hold.tenant, std::slice::from_ref(&hold.user_id)).await?;
+    let erasing = tx.erasures_of_user(&hold.tenant, &hold.user_id).await?;
+    if !erasing.is_empty() {
+        return Err(StoreError::Erasing(erasing));
+    }
+    tx.insert_hold(hold).await?;
+    let entry = tx.append_audit(audit).await?;
+    tx.commit().await?;
+    Ok(entry)
+}
+
+/// Releases a hold, with its audit entry, in one transaction. `release`
+/// turns the stored hold into the released one and its audit entry; a hold
+/// already released is returned as it is, without an entry. `None`: the
+/// tenant has no such hold.
+pub async fn release_hold(
+    mut tx: Box<dyn ErasureTx>,
+    tenant: &str,
+    id: Uuid,
+    release: impl FnOnce(Hold) -> (Hold, NewAuditEntry) + Send,
+) -> StoreResult<Option<Hold>> {
+    let Some(stored) = tx.hold_for_update(tenant, id).await? else { return Ok(None) };
+    if !stored.is_active() {
+        return Ok(Some(stored));
+    }
+    let (released, audit) = release(stored);
+    tx.save_release(&released).await?;
+    tx.append_audit(&audit).await?;
+    tx.commit().await?;
+    Ok(Some(released))
 }

@@ -44,6 +44,12 @@ pub enum StoreError {
     Conflict(String),
     #[error("invalid: {}", .0.message)]
     Invalid(FieldError),
+    /// An erasure would touch memories under these active legal holds.
+    #[error("under legal hold: {}", crate::domain::holds::refusal(.0))]
+    Held(Vec<crate::domain::holds::Hold>),
+    /// A hold cannot be placed while these erasures of the user are unfinished.
+    #[error("erasures in progress: {0:?}")]
+    Erasing(Vec<Uuid>),
     #[error("{what} unavailable: {source}")]
     Unavailable { what: &'static str, retry_after_secs: u64, source: anyhow::Error },
     #[error(transparent)]

@@ -21,6 +21,7 @@ use super::{
     Transfer, WorkingMemory,
 };
 use crate::domain::erasure::{AuditEntry, Counts, ErasureRecord, NewAuditEntry};
+use crate::domain::holds::Hold;
 use crate::domain::retention::{DecayCandidate, DecayRule};
 use crate::domain::{Memory, Tier};
 
@@ -365,6 +366,14 @@ impl Erasures for PostgresRedis {
     async fn audit_page(&self, tenant: Option<&str>, after: i64, limit: usize) -> StoreResult<Vec<AuditEntry>> {
         self.pg.audit_page(tenant, after, limit).await
     }
+
+    async fn hold(&self, tenant: &str, id: uuid::Uuid) -> StoreResult<Option<Hold>> {
+        self.pg.hold(tenant, id).await
+    }
+
+    async fn active_holds(&self, tenant: &str, user_id: Option<&str>) -> StoreResult<Vec<Hold>> {
+        self.pg.tenant_holds(tenant, user_id).await
+    }
 }
 
 #[async_trait]
@@ -420,5 +429,13 @@ impl Erasures for SqliteStore {
 
     async fn audit_page(&self, tenant: Option<&str>, after: i64, limit: usize) -> StoreResult<Vec<AuditEntry>> {
         SqliteStore::audit_page(self, tenant, after, limit).await
+    }
+
+    async fn hold(&self, tenant: &str, id: uuid::Uuid) -> StoreResult<Option<Hold>> {
+        SqliteStore::hold(self, tenant, id).await
+    }
+
+    async fn active_holds(&self, tenant: &str, user_id: Option<&str>) -> StoreResult<Vec<Hold>> {
+        self.tenant_holds(tenant, user_id).await
     }
 }

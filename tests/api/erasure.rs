@@ -17,7 +17,7 @@ use crate::helpers::{OwnRedis, TestApp, expect_error, post_json, spawn_app_with}
 /// any server on a database works on every erasure there, with its own
 /// Redis, so tests whose servers use different Redis prefixes (or Redis
 /// servers) on one database would check each other's working memory.
-async fn spawn_isolated(tweak: impl FnOnce(&mut engram::config::Config)) -> TestApp {
+pub(crate) async fn spawn_isolated(tweak: impl FnOnce(&mut engram::config::Config)) -> TestApp {
     let db = if crate::helpers::embedded() { None } else { Some(crate::helpers::fresh_database().await) };
     spawn_app_with(move |c| {
         if let Some(url) = db {
@@ -29,7 +29,7 @@ async fn spawn_isolated(tweak: impl FnOnce(&mut engram::config::Config)) -> Test
 }
 
 /// Polls an erasure's receipt until its state is `want` (or 30 s pass).
-async fn wait_for(app: &TestApp, id: &str, want: &str) -> Value {
+pub(crate) async fn wait_for(app: &TestApp, id: &str, want: &str) -> Value {
     let mut last = Value::Null;
     for _ in 0..300 {
         let (status, body) = app.get_json(&format!("/v1/erasure/{id}")).await;

@@ -7,6 +7,7 @@ mod contract;
 mod erasure;
 mod errors;
 mod helpers;
+mod holds;
 mod inputs;
 mod keyless;
 mod memories;

@@ -52,7 +52,7 @@ async fn configured_durations_set_the_expiry_of_writes_and_patches_from_ingestio
 /// An app sweeping a database of its own (on Postgres): a sweep deletes
 /// every tenant's expired rows, and other tests' rows expire by their own
 /// clocks. Returns the app and the database to drop (None when embedded).
-async fn sweeping_app(tweak: impl FnOnce(&mut engram::config::Config)) -> (TestApp, Option<String>) {
+pub(crate) async fn sweeping_app(tweak: impl FnOnce(&mut engram::config::Config)) -> (TestApp, Option<String>) {
     let db = if embedded() { None } else { Some(fresh_database().await) };
     let url = db.clone();
     let app = spawn_app_with(|c| {
@@ -67,19 +67,19 @@ async fn sweeping_app(tweak: impl FnOnce(&mut engram::config::Config)) -> (TestA
     (app, db)
 }
 
-async fn done(app: TestApp, db: Option<String>) {
+pub(crate) async fn done(app: TestApp, db: Option<String>) {
     drop(app);
     if let Some(db) = db {
         drop_database(&db).await;
     }
 }
 
-fn id_of(m: &Value) -> Uuid {
+pub(crate) fn id_of(m: &Value) -> Uuid {
     m["id"].as_str().unwrap().parse().unwrap()
 }
 
 /// Rows with this id in the backend's own tables (all tiers).
-async fn stored_rows(app: &TestApp, id: Uuid) -> i64 {
+pub(crate) async fn stored_rows(app: &TestApp, id: Uuid) -> i64 {
     if let Some(pg) = app.storage.pg() {
         sqlx::query_scalar(
             "SELECT (SELECT count(*) FROM episodic_memory WHERE id = $1) + (SELECT count(*) FROM semantic_memory \

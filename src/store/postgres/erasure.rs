@@ -11,6 +11,7 @@ use serde_json::Value;
 use sqlx::AssertSqlSafe;
 use uuid::Uuid;
 
+use super::holds;
 use super::retention::PERSISTENT;
 use super::rows::table;
 use super::write::PgTx;
@@ -18,6 +19,7 @@ use super::{LOCK_ERASURE, PgStore, store_error};
 use crate::domain::erasure::{
     AuditEntry, Counts, ErasureRecord, ErasureState, GENESIS_HASH, NewAuditEntry, Receipt, Subject, entry_hash,
 };
+use crate::domain::holds::Hold;
 use crate::domain::{Memory, Tier};
 use crate::store::erasure::{ErasureRow, ErasureTx, Linked};
 use crate::store::write::WriteTx;
@@ -211,6 +213,34 @@ impl ErasureTx for PgTx {
         .await
         .map_err(store_error)?;
         Ok(())
+    }
+
+    async fn lock_users(&mut self, tenant: &str, users: &[String]) -> StoreResult<()> {
+        holds::lock_users(&mut self.tx, tenant, users).await
+    }
+
+    async fn active_holds(&mut self, tenant: &str, users: &[String]) -> StoreResult<Vec<Hold>> {
+        holds::active_holds(&mut self.tx, tenant, users).await
+    }
+
+    async fn erasures_of_user(&mut self, tenant: &str, user_id: &str) -> StoreResult<Vec<Uuid>> {
+        holds::erasures_of_user(&mut self.tx, tenant, user_id).await
+    }
+
+    async fn insert_hold(&mut self, hold: &Hold) -> StoreResult<()> {
+        holds::insert_hold(&mut self.tx, hold).await
+    }
+
+    async fn hold_for_update(&mut self, tenant: &str, id: Uuid) -> StoreResult<Option<Hold>> {
+        holds::hold_for_update(&mut self.tx, tenant, id).await
+    }
+
+    async fn save_release(&mut self, hold: &Hold) -> StoreResult<()> {
+        holds::save_release(&mut self.tx, hold).await
+    }
+
+    async fn append_audit(&mut self, entry: &NewAuditEntry) -> StoreResult<AuditEntry> {
+        append_audit_on(&mut self.tx, entry).await
     }
 
     async fn commit(self: Box<Self>) -> StoreResult<()> {
@@ -470,51 +500,12 @@ impl PgStore {
         Ok(())
     }
 
-    /// Appends to a tenant's chain under a transaction-scoped advisory lock
-    /// on the tenant, so two appends never take the same previous hash.
+    /// Appends to a tenant's chain in a transaction of its own.
     pub async fn append_audit(&self, e: &NewAuditEntry) -> StoreResult<AuditEntry> {
         let mut tx = self.pool.begin().await.map_err(store_error)?;
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('audit' || $1, 0))")
-            .bind(&e.tenant)
-            .execute(&mut *tx)
-            .await
-            .map_err(store_error)?;
-        let prev: Option<String> =
-            sqlx::query_scalar("SELECT hash FROM audit_log WHERE tenant_id = $1 ORDER BY seq DESC LIMIT 1")
-                .bind(&e.tenant)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(store_error)?;
-        let prev = prev.unwrap_or_else(|| GENESIS_HASH.to_string());
-        let (at, target, counts) = e.fields();
-        let hash = entry_hash(&prev, &e.tenant, at, &e.actor, &e.operation, &target, &counts);
-        let seq: i64 = sqlx::query_scalar(
-            "INSERT INTO audit_log (tenant_id, at, actor, operation, target, counts, prev_hash, hash) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING seq",
-        )
-        .bind(&e.tenant)
-        .bind(at)
-        .bind(&e.actor)
-        .bind(&e.operation)
-        .bind(&target)
-        .bind(&counts)
-        .bind(&prev)
-        .bind(&hash)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(store_error)?;
+        let entry = append_audit_on(&mut tx, e).await?;
         tx.commit().await.map_err(store_error)?;
-        Ok(AuditEntry {
-            seq,
-            tenant: e.tenant.clone(),
-            at,
-            actor: e.actor.clone(),
-            operation: e.operation.clone(),
-            target,
-            counts,
-            prev_hash: prev,
-            hash,
-        })
+        Ok(entry)
     }
 
     pub async fn audit_page(&self, tenant: Option<&str>, after: i64, limit: usize) -> StoreResult<Vec<AuditEntry>> {
@@ -530,6 +521,52 @@ impl PgStore {
         .map_err(store_error)?;
         Ok(rows.into_iter().map(audit_of).collect())
     }
+}
+
+/// Appends to a tenant's chain in the caller's transaction, under a
+/// transaction-scoped advisory lock on the tenant, so two appends never take
+/// the same previous hash.
+async fn append_audit_on(conn: &mut sqlx::PgConnection, e: &NewAuditEntry) -> StoreResult<AuditEntry> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('audit' || $1, 0))")
+        .bind(&e.tenant)
+        .execute(&mut *conn)
+        .await
+        .map_err(store_error)?;
+    let prev: Option<String> =
+        sqlx::query_scalar("SELECT hash FROM audit_log WHERE tenant_id = $1 ORDER BY seq DESC LIMIT 1")
+            .bind(&e.tenant)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(store_error)?;
+    let prev = prev.unwrap_or_else(|| GENESIS_HASH.to_string());
+    let (at, target, counts) = e.fields();
+    let hash = entry_hash(&prev, &e.tenant, at, &e.actor, &e.operation, &target, &counts);
+    let seq: i64 = sqlx::query_scalar(
+        "INSERT INTO audit_log (tenant_id, at, actor, operation, target, counts, prev_hash, hash) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING seq",
+    )
+    .bind(&e.tenant)
+    .bind(at)
+    .bind(&e.actor)
+    .bind(&e.operation)
+    .bind(&target)
+    .bind(&counts)
+    .bind(&prev)
+    .bind(&hash)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(store_error)?;
+    Ok(AuditEntry {
+        seq,
+        tenant: e.tenant.clone(),
+        at,
+        actor: e.actor.clone(),
+        operation: e.operation.clone(),
+        target,
+        counts,
+        prev_hash: prev,
+        hash,
+    })
 }
 
 /// Purge results, as the receipt states them.

@@ -2,10 +2,12 @@
 //! and per-model vector indexes. The `MemoryStore`
 //! implementation itself is in `memories.rs`, the write primitives
 //! (`WriteTx`) in `write.rs`; export and import of a tenant's rows in
-//! `transfer.rs`; retention's deletes in `retention.rs`.
+//! `transfer.rs`; retention's deletes in `retention.rs`; legal holds in
+//! `holds.rs`.
 
 mod erasure;
 pub(crate) use erasure::vacuumed;
+mod holds;
 mod memories;
 mod reembed;
 mod retention;

@@ -1,6 +1,11 @@
 //! Retention's primitives on Postgres: deleting expired rows in bounded
 //! batches through the `*_expires` indexes (migration 0004), listing decay
 //! candidates, and the advisory lock that lets one replica sweep at a time.
+//! Every query leaves out rows of a user under an active legal hold
+//! (`holds::NOT_HELD`): they are neither listed, counted nor deleted. The
+//! condition is part of each delete statement itself, so a hold committed
+//! before a batch starts is seen by it; a batch already running when a hold
+//! commits may still finish.
 //! The Redis half (working memory) is in `store/redis.rs`; both are put
 //! together as `Sweep` in `store/storage.rs`.
 //!
@@ -10,6 +15,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{AssertSqlSafe, Postgres, QueryBuilder};
 use uuid::Uuid;
 
+use super::holds::NOT_HELD;
 use super::rows::table;
 use super::{LOCK_RETENTION, PgStore, store_error};
 use crate::domain::retention::{DecayCandidate, DecayRule};
@@ -39,8 +45,8 @@ impl PgStore {
     pub async fn delete_expired(&self, tier: Tier, now: DateTime<Utc>, limit: usize) -> StoreResult<Vec<Doomed>> {
         let t = table(tier);
         let rows: Vec<(String, Uuid)> = sqlx::query_as(AssertSqlSafe(format!(
-            "WITH doomed AS (SELECT tenant_id, id FROM {t} WHERE expires_at <= $1 \
-                 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
+            "WITH doomed AS (SELECT tenant_id, id FROM {t} m WHERE expires_at <= $1 AND {NOT_HELD} \
+                 ORDER BY expires_at LIMIT $2 FOR UPDATE OF m SKIP LOCKED) \
              DELETE FROM {t} m USING doomed d WHERE m.tenant_id = d.tenant_id AND m.id = d.id \
              RETURNING m.tenant_id, m.id"
         )))
@@ -62,7 +68,7 @@ impl PgStore {
     ) -> StoreResult<(u64, Vec<Uuid>)> {
         let t = table(tier);
         let count: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
-            "SELECT count(*) FROM {t} WHERE tenant_id = $1 AND expires_at <= $2"
+            "SELECT count(*) FROM {t} m WHERE tenant_id = $1 AND expires_at <= $2 AND {NOT_HELD}"
         )))
         .bind(tenant)
         .bind(now)
@@ -70,7 +76,8 @@ impl PgStore {
         .await
         .map_err(store_error)?;
         let ids: Vec<Uuid> = sqlx::query_scalar(AssertSqlSafe(format!(
-            "SELECT id FROM {t} WHERE tenant_id = $1 AND expires_at <= $2 ORDER BY expires_at, id LIMIT $3"
+            "SELECT id FROM {t} m WHERE tenant_id = $1 AND expires_at <= $2 AND {NOT_HELD} \
+             ORDER BY expires_at, id LIMIT $3"
         )))
         .bind(tenant)
         .bind(now)
@@ -86,7 +93,7 @@ impl PgStore {
         let mut out = Vec::with_capacity(PERSISTENT.len());
         for tier in PERSISTENT {
             let n: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
-                "SELECT count(*) FROM {} WHERE expires_at <= $1",
+                "SELECT count(*) FROM {} m WHERE expires_at <= $1 AND {NOT_HELD}",
                 table(tier)
             )))
             .bind(now)
@@ -110,8 +117,8 @@ impl PgStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<DecayCandidate>> {
         let mut qb: QueryBuilder<Postgres> = QueryBuilder::new(format!(
-            "SELECT tenant_id, id, retention, importance, created_at, last_accessed_at, access_count FROM {} \
-             WHERE importance < ",
+            "SELECT tenant_id, id, retention, importance, created_at, last_accessed_at, access_count FROM {} m \
+             WHERE {NOT_HELD} AND importance < ",
             table(tier)
         ));
         qb.push_bind(rule.importance_below());
@@ -147,7 +154,12 @@ impl PgStore {
             .collect()
     }
 
-    /// Deletes these rows of a persistent tier in one statement.
+    /// Deletes these rows of a persistent tier in one statement, except
+    /// held ones: decay lists its candidates and deletes them in two steps,
+    /// and a hold placed in between must still win. The erasure worker
+    /// deletes through here too; its rows are never held (`domain::holds`:
+    /// an erasure of a held user is refused, and a hold waits for an
+    /// unfinished erasure of its user).
     pub async fn delete_rows(&self, tier: Tier, rows: &[Doomed]) -> StoreResult<Vec<Doomed>> {
         if rows.is_empty() {
             return Ok(Vec::new());
@@ -156,7 +168,7 @@ impl PgStore {
         let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
         let deleted: Vec<(String, Uuid)> = sqlx::query_as(AssertSqlSafe(format!(
             "DELETE FROM {} m USING unnest($1::text[], $2::uuid[]) AS d(tenant_id, id) \
-             WHERE m.tenant_id = d.tenant_id AND m.id = d.id RETURNING m.tenant_id, m.id",
+             WHERE m.tenant_id = d.tenant_id AND m.id = d.id AND {NOT_HELD} RETURNING m.tenant_id, m.id",
             table(tier)
         )))
         .bind(&tenants)

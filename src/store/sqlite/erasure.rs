@@ -12,11 +12,13 @@ use serde_json::Value;
 use sqlx::{QueryBuilder, Sqlite};
 use uuid::Uuid;
 
+use super::holds;
 use super::write::{IndexOp, SqliteTx};
 use super::{SqliteStore, from_micros, micros, store_error};
 use crate::domain::erasure::{
     AuditEntry, Counts, ErasureRecord, ErasureState, GENESIS_HASH, NewAuditEntry, Receipt, Subject, entry_hash,
 };
+use crate::domain::holds::Hold;
 use crate::domain::{Memory, Tier};
 use crate::store::erasure::{ErasureRow, ErasureTx, Linked};
 use crate::store::write::WriteTx;
@@ -204,6 +206,36 @@ impl ErasureTx for SqliteTx {
         .await
         .map_err(store_error)?;
         Ok(())
+    }
+
+    async fn lock_users(&mut self, _tenant: &str, _users: &[String]) -> StoreResult<()> {
+        // The write gate, held by this transaction since it began, already
+        // keeps every other write transaction out.
+        Ok(())
+    }
+
+    async fn active_holds(&mut self, tenant: &str, users: &[String]) -> StoreResult<Vec<Hold>> {
+        holds::active_holds(&mut self.tx, tenant, users).await
+    }
+
+    async fn erasures_of_user(&mut self, tenant: &str, user_id: &str) -> StoreResult<Vec<Uuid>> {
+        holds::erasures_of_user(&mut self.tx, tenant, user_id).await
+    }
+
+    async fn insert_hold(&mut self, hold: &Hold) -> StoreResult<()> {
+        holds::insert_hold(&mut self.tx, hold).await
+    }
+
+    async fn hold_for_update(&mut self, tenant: &str, id: Uuid) -> StoreResult<Option<Hold>> {
+        holds::hold_in(&mut self.tx, tenant, id).await
+    }
+
+    async fn save_release(&mut self, hold: &Hold) -> StoreResult<()> {
+        holds::save_release(&mut self.tx, hold).await
+    }
+
+    async fn append_audit(&mut self, entry: &NewAuditEntry) -> StoreResult<AuditEntry> {
+        append_audit_on(&mut self.tx, entry).await
     }
 
     async fn commit(self: Box<Self>) -> StoreResult<()> {
@@ -442,46 +474,14 @@ impl SqliteStore {
         Ok(found)
     }
 
-    /// Appends to a tenant's chain under the write gate (one writer).
+    /// Appends to a tenant's chain in a transaction of its own, behind the
+    /// write gate (so two appends never take the same previous hash).
     pub async fn append_audit(&self, e: &NewAuditEntry) -> StoreResult<AuditEntry> {
         let _gate = self.inner.write_gate.lock().await;
         let mut tx = self.inner.pool.begin().await.map_err(store_error)?;
-        let prev: Option<String> =
-            sqlx::query_scalar("select hash from audit_log where tenant_id = ? order by seq desc limit 1")
-                .bind(&e.tenant)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(store_error)?;
-        let prev = prev.unwrap_or_else(|| GENESIS_HASH.to_string());
-        let (at, target, counts) = e.fields();
-        let hash = entry_hash(&prev, &e.tenant, at, &e.actor, &e.operation, &target, &counts);
-        let seq: i64 = sqlx::query_scalar(
-            "insert into audit_log (tenant_id, at, actor, operation, target, counts, prev_hash, hash) \
-             values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) returning seq",
-        )
-        .bind(&e.tenant)
-        .bind(micros(at))
-        .bind(&e.actor)
-        .bind(&e.operation)
-        .bind(&target)
-        .bind(&counts)
-        .bind(&prev)
-        .bind(&hash)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(store_error)?;
+        let entry = append_audit_on(&mut tx, e).await?;
         tx.commit().await.map_err(store_error)?;
-        Ok(AuditEntry {
-            seq,
-            tenant: e.tenant.clone(),
-            at,
-            actor: e.actor.clone(),
-            operation: e.operation.clone(),
-            target,
-            counts,
-            prev_hash: prev,
-            hash,
-        })
+        Ok(entry)
     }
 
     pub async fn audit_page(&self, tenant: Option<&str>, after: i64, limit: usize) -> StoreResult<Vec<AuditEntry>> {
@@ -512,4 +512,44 @@ fn covered(entries: &[String], r: &ErasureRecord) -> u64 {
         .filter_map(|e| serde_json::from_str::<Memory>(e).ok())
         .filter(|m| r.subject.covers(m, r.requested_at))
         .count() as u64
+}
+
+/// Appends to a tenant's chain in the caller's transaction, which holds the
+/// write gate.
+async fn append_audit_on(conn: &mut sqlx::SqliteConnection, e: &NewAuditEntry) -> StoreResult<AuditEntry> {
+    let prev: Option<String> =
+        sqlx::query_scalar("select hash from audit_log where tenant_id = ? order by seq desc limit 1")
+            .bind(&e.tenant)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(store_error)?;
+    let prev = prev.unwrap_or_else(|| GENESIS_HASH.to_string());
+    let (at, target, counts) = e.fields();
+    let hash = entry_hash(&prev, &e.tenant, at, &e.actor, &e.operation, &target, &counts);
+    let seq: i64 = sqlx::query_scalar(
+        "insert into audit_log (tenant_id, at, actor, operation, target, counts, prev_hash, hash) \
+         values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) returning seq",
+    )
+    .bind(&e.tenant)
+    .bind(micros(at))
+    .bind(&e.actor)
+    .bind(&e.operation)
+    .bind(&target)
+    .bind(&counts)
+    .bind(&prev)
+    .bind(&hash)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(store_error)?;
+    Ok(AuditEntry {
+        seq,
+        tenant: e.tenant.clone(),
+        at,
+        actor: e.actor.clone(),
+        operation: e.operation.clone(),
+        target,
+        counts,
+        prev_hash: prev,
+        hash,
+    })
 }

@@ -10,6 +10,7 @@
 //! - `reembed.rs`: moving stored vectors to the configured model.
 //! - `transfer.rs`: export and import, rows copied as they are.
 //! - `retention.rs`: deleting expired and decayed memories (`Sweep`).
+//! - `holds.rs`: legal holds, which the sweep and erasure respect.
 //! - `working.rs`: `WorkingMemory` as a table, `SkillCache` as a map.
 //! - `rows.rs`: the row shape and its conversion to `Memory`.
 //!
@@ -23,6 +24,7 @@
 //! Must not: know about HTTP, or be used by two processes on one directory.
 
 mod erasure;
+mod holds;
 mod memories;
 mod reembed;
 mod retention;

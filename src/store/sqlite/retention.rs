@@ -10,6 +10,11 @@
 //! compared here with the sweep's clock: the two agree outside tests, and a
 //! test clock moved forward only makes more entries due.
 //!
+//! Rows of a user under an active legal hold are left out of every query
+//! on `memories` (`holds::NOT_HELD`): neither listed, counted nor deleted.
+//! Sweep batches and hold placements both run behind the write gate, so a
+//! batch sees every hold placed before it. Working memory is outside holds.
+//!
 //! Must not: decide what decays (`domain::retention` does).
 
 use std::collections::BTreeMap;
@@ -19,6 +24,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{QueryBuilder, Sqlite};
 use uuid::Uuid;
 
+use super::holds::NOT_HELD;
 use super::write::IndexOp;
 use super::{SqliteStore, from_micros, micros, store_error};
 use crate::domain::retention::{DecayCandidate, DecayRule};
@@ -48,8 +54,8 @@ impl Sweep for SqliteStore {
         limit: usize,
     ) -> StoreResult<(u64, Vec<Uuid>)> {
         let (table, tier_filter) = match tier {
-            Tier::Working => ("working_memory", ""),
-            _ => ("memories", " and tier = ?3"),
+            Tier::Working => ("working_memory", String::new()),
+            _ => ("memories", format!(" and tier = ?3 and {NOT_HELD}")),
         };
         let filter = format!("from {table} where tenant_id = ?1 and expires_at <= ?2{tier_filter}");
         let count: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("select count(*) {filter}")))
@@ -72,10 +78,11 @@ impl Sweep for SqliteStore {
     }
 
     async fn expired_backlog(&self, now: DateTime<Utc>) -> StoreResult<Vec<(Tier, u64)>> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(
-            "select tier, count(*) from memories where expires_at is not null and expires_at <= ?1 group by tier \
-             union all select 'working', count(*) from working_memory where expires_at is not null and expires_at <= ?1",
-        )
+        let rows: Vec<(String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "select tier, count(*) from memories where expires_at is not null and expires_at <= ?1 and {NOT_HELD} \
+                 group by tier union all \
+                 select 'working', count(*) from working_memory where expires_at is not null and expires_at <= ?1"
+        )))
         .bind(micros(now))
         .fetch_all(&self.inner.pool)
         .await
@@ -100,10 +107,10 @@ impl Sweep for SqliteStore {
             return Ok(Vec::new());
         }
         // In (tenant_id, id) order, through the unique index on it.
-        let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
+        let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(format!(
             "select tenant_id, id, retention, importance, created_at, last_accessed_at, access_count \
-             from memories where tier = ",
-        );
+             from memories where {NOT_HELD} and tier = "
+        ));
         qb.push_bind(tier.as_str());
         qb.push(" and importance < ").push_bind(rule.importance_below());
         qb.push(" and retention <> 'permanent' and created_at <= ").push_bind(micros(rule.ingested_before(now)));
@@ -165,11 +172,12 @@ impl SqliteStore {
             .fetch_all(&mut *tx)
             .await
         } else {
-            sqlx::query_as(
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "delete from memories where seq in (select seq from memories \
-                     where tier = ?1 and expires_at is not null and expires_at <= ?2 order by expires_at limit ?3) \
-                 returning tenant_id, id",
-            )
+                     where tier = ?1 and expires_at is not null and expires_at <= ?2 and {NOT_HELD} \
+                     order by expires_at limit ?3) \
+                 returning tenant_id, id"
+            )))
             .bind(tier.as_str())
             .bind(micros(now))
             .bind(limit as i64)
@@ -190,13 +198,17 @@ impl SqliteStore {
         let mut tx = self.inner.pool.begin().await.map_err(store_error)?;
         let mut deleted = Vec::with_capacity(rows.len());
         for row in rows {
-            let gone = sqlx::query("delete from memories where tenant_id = ? and id = ? and tier = ?")
-                .bind(&row.tenant)
-                .bind(row.id)
-                .bind(tier.as_str())
-                .execute(&mut *tx)
-                .await
-                .map_err(store_error)?;
+            // Held rows stay (see `store::postgres::retention::delete_rows`
+            // for why the delete itself checks).
+            let gone = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "delete from memories where tenant_id = ? and id = ? and tier = ? and {NOT_HELD}"
+            )))
+            .bind(&row.tenant)
+            .bind(row.id)
+            .bind(tier.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(store_error)?;
             if gone.rows_affected() > 0 {
                 deleted.push((row.tenant.clone(), row.id));
             }

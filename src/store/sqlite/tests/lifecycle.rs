@@ -102,7 +102,8 @@ fn the_postgres_migrator_does_not_pick_up_the_sqlite_migrations() {
             "fact provenance",
             "retention",
             "working outbox",
-            "erasure audit"
+            "erasure audit",
+            "legal holds"
         ]
     );
 }
