@@ -19,3 +19,8 @@ CREATE TABLE erasure_probes (
     embedding        vector NOT NULL
 );
 CREATE INDEX erasure_probes_erasure ON erasure_probes (erasure_id);
+
+-- With the rows gone at acceptance, a claim keeps the user its row had, so
+-- an unfinished erasure of a user's memories (by id) can still be found by
+-- the user (a legal hold waits for it).
+ALTER TABLE erasure_items ADD COLUMN user_id text;

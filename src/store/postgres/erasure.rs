@@ -107,15 +107,18 @@ impl ErasureTx for PgTx {
     ) -> StoreResult<Vec<ErasureRow>> {
         let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
         let tiers: Vec<&str> = rows.iter().map(|r| r.tier.as_str()).collect();
+        let users: Vec<Option<&str>> = rows.iter().map(|r| r.user_id.as_deref()).collect();
         let claimed: Vec<Uuid> = sqlx::query_scalar(
-            "INSERT INTO erasure_items (tenant_id, id, erasure_id, tier) \
-             SELECT $1, u.id, $2, u.tier FROM unnest($3::uuid[], $4::text[]) AS u(id, tier) \
+            "INSERT INTO erasure_items (tenant_id, id, erasure_id, tier, user_id) \
+             SELECT $1, u.id, $2, u.tier, u.user_id FROM unnest($3::uuid[], $4::text[], $5::text[]) \
+                 AS u(id, tier, user_id) \
              ON CONFLICT DO NOTHING RETURNING id",
         )
         .bind(tenant)
         .bind(erasure)
         .bind(&ids)
         .bind(&tiers)
+        .bind(&users)
         .fetch_all(&mut *self.tx)
         .await
         .map_err(store_error)?;

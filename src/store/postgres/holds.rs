@@ -10,8 +10,6 @@ use chrono::{DateTime, Utc};
 use sqlx::{AssertSqlSafe, PgConnection};
 use uuid::Uuid;
 
-use super::retention::PERSISTENT;
-use super::rows::table;
 use super::{PgStore, store_error};
 use crate::domain::holds::Hold;
 use crate::store::StoreResult;
@@ -62,20 +60,16 @@ pub(super) async fn active_holds(conn: &mut PgConnection, tenant: &str, users: &
     Ok(rows.into_iter().map(hold_of).collect())
 }
 
-/// Unfinished erasures naming the user, or holding claims on rows of it.
+/// Unfinished erasures naming the user, or holding claims on rows of it
+/// (the claim keeps the row's user: the row itself is deleted on acceptance).
 pub(super) async fn erasures_of_user(conn: &mut PgConnection, tenant: &str, user_id: &str) -> StoreResult<Vec<Uuid>> {
-    let rows_of_user = PERSISTENT
-        .iter()
-        .map(|t| format!("SELECT id FROM {} WHERE tenant_id = $1 AND user_id = $2", table(*t)))
-        .collect::<Vec<_>>()
-        .join(" UNION ALL ");
-    let ids: Vec<Uuid> = sqlx::query_scalar(AssertSqlSafe(format!(
+    let ids: Vec<Uuid> = sqlx::query_scalar(
         "SELECT e.id FROM erasures e WHERE e.tenant_id = $1 AND e.state IN ('pending', 'running', 'retrying') \
          AND (e.selector::jsonb ->> 'user_id' = $2 \
               OR EXISTS (SELECT 1 FROM erasure_items i WHERE i.tenant_id = $1 AND i.erasure_id = e.id \
-                         AND i.id IN ({rows_of_user}))) \
-         ORDER BY e.requested_at, e.id"
-    )))
+                         AND i.user_id = $2)) \
+         ORDER BY e.requested_at, e.id",
+    )
     .bind(tenant)
     .bind(user_id)
     .fetch_all(conn)
