@@ -37,6 +37,8 @@ pub struct AppState {
     pub retention: Arc<jobs::retention::RetentionSweep>,
     /// Erasure requests and receipts, and the audit log (the worker runs it too).
     pub eraser: Arc<jobs::erasure::Eraser>,
+    /// Grants, teams and shares between agents.
+    pub sharing: Arc<crate::sharing::SharingService>,
     /// The OpenAPI document, rendered once.
     pub openapi_json: Arc<String>,
     pub body_limit: usize,
@@ -131,10 +133,20 @@ pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::
         batch: config.erasure.batch,
         wake: tokio::sync::Notify::new(),
     };
+    let eraser = Arc::new(eraser);
+    let service = Arc::new(service);
+    let sharing = crate::sharing::SharingService::new(
+        &config.sharing,
+        service.clone(),
+        storage.sharing.clone(),
+        eraser.clone(),
+        service.clock.clone(),
+    )?;
     let state = AppState {
         retention: Arc::new(retention),
-        eraser: Arc::new(eraser),
-        service: Arc::new(service),
+        eraser,
+        service,
+        sharing: Arc::new(sharing),
         auth: Arc::new(auth),
         metrics: crate::telemetry::metrics_handle(),
         db_pool: storage.pool.clone(),

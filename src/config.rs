@@ -38,6 +38,7 @@ pub struct Config {
     pub retention: RetentionConfig,
     /// The erasure worker.
     pub erasure: ErasureConfig,
+    pub sharing: SharingConfig,
     /// Per-agent settings: `[agents.<agent_id>]`.
     pub agents: std::collections::BTreeMap<String, AgentConfig>,
     pub log: LogConfig,
@@ -125,6 +126,64 @@ pub struct RetentionConfig {
     /// Rows deleted per transaction.
     pub sweep_batch: usize,
     pub decay: DecayConfig,
+}
+
+/// `[sharing]`: memories shared between agents (`POST /v1/share`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SharingConfig {
+    /// Most memories one share copies (ids given, or `top_k` of a query).
+    pub max_memories: usize,
+    /// What is redacted from every shared memory before it is copied.
+    pub redaction: crate::domain::redact::RedactionRules,
+    /// Per tenant: redaction rules that replace `redaction` for that tenant.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tenants: std::collections::BTreeMap<String, TenantSharingConfig>,
+    /// Grants from the configuration, beside those made through the API.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub grants: Vec<GrantConfig>,
+    /// Teams from the configuration; a team named here and through the API
+    /// has the members of both.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub teams: Vec<TeamConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantSharingConfig {
+    pub redaction: crate::domain::redact::RedactionRules,
+}
+
+/// `from_agent_id` of `tenant` may share with `to_agent_ids`, or with `team`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrantConfig {
+    pub tenant: String,
+    pub from_agent_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_agent_ids: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TeamConfig {
+    pub tenant: String,
+    pub name: String,
+    pub agent_ids: Vec<String>,
+}
+
+impl Default for SharingConfig {
+    fn default() -> Self {
+        Self {
+            max_memories: 50,
+            redaction: Default::default(),
+            tenants: Default::default(),
+            grants: Vec::new(),
+            teams: Vec::new(),
+        }
+    }
 }
 
 /// `[erasure]`: the worker that deletes what an erasure request claimed.
@@ -667,6 +726,7 @@ const SECTIONS: &[&str] = &[
     "search",
     "retention",
     "erasure",
+    "sharing",
     "agents",
     "log",
 ];
@@ -735,6 +795,22 @@ impl Config {
     /// Checks what types alone cannot.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |key: &str, why: &str| Err(ConfigError(format!("`{key}` {why}")));
+        if !(1..=1000).contains(&self.sharing.max_memories) {
+            return bad("sharing.max_memories", "must be between 1 and 1000");
+        }
+        if let Err(e) = crate::domain::redact::Redactor::new(&self.sharing.redaction) {
+            return bad("sharing.redaction", &e);
+        }
+        for (tenant, t) in &self.sharing.tenants {
+            if let Err(e) = crate::domain::redact::Redactor::new(&t.redaction) {
+                return bad(&format!("sharing.tenants.{tenant}.redaction"), &e);
+            }
+        }
+        for (i, g) in self.sharing.grants.iter().enumerate() {
+            if g.to_agent_ids.is_some() == g.team.is_some() {
+                return bad(&format!("sharing.grants[{i}]"), "must name either to_agent_ids or team");
+            }
+        }
         if self.server.listen.parse::<SocketAddr>().is_err() {
             return bad("server.listen", "must be an address like 127.0.0.1:8080");
         }

@@ -53,6 +53,10 @@ pub enum ApiError {
     ErasureNotFound,
     #[error("no legal hold with this id")]
     HoldNotFound,
+    #[error("no grant with this id")]
+    GrantNotFound,
+    #[error("{0}")]
+    ShareNotGranted(String),
     #[error("{0}")]
     LegalHold(String),
     #[error("{0}")]
@@ -102,6 +106,8 @@ impl ApiError {
             ApiError::MemoryNotFound => (StatusCode::NOT_FOUND, "memory_not_found"),
             ApiError::ErasureNotFound => (StatusCode::NOT_FOUND, "erasure_not_found"),
             ApiError::HoldNotFound => (StatusCode::NOT_FOUND, "hold_not_found"),
+            ApiError::GrantNotFound => (StatusCode::NOT_FOUND, "grant_not_found"),
+            ApiError::ShareNotGranted(_) => (StatusCode::FORBIDDEN, "share_not_granted"),
             ApiError::LegalHold(_) => (StatusCode::CONFLICT, "legal_hold"),
             ApiError::ErasureInProgress(_) => (StatusCode::CONFLICT, "erasure_in_progress"),
             ApiError::RouteNotFound => (StatusCode::NOT_FOUND, "route_not_found"),

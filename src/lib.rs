@@ -4,7 +4,8 @@
 //! - [`http`]: routes, extractors, middleware, the OpenAPI document, and the
 //!   request and response types (the wire schema, apart from the domain's). No SQL.
 //! - [`service`]: what each operation means, across working memory and the
-//!   persistent store; [`recall`]: search, scoring and context assembly.
+//!   persistent store; [`recall`]: search, scoring and context assembly;
+//!   [`sharing`]: grants, teams and copies of memories between agents.
 //! - [`domain`]: tiers, retention, classification, validation: pure rules.
 //! - [`store`]: the storage traits and their backends (Postgres, Redis).
 //! - [`embed`]: embedders behind one trait.
@@ -26,6 +27,7 @@ pub mod jobs;
 pub mod recall;
 pub mod server;
 pub mod service;
+pub mod sharing;
 pub mod store;
 pub mod telemetry;
 pub mod transfer;

@@ -166,14 +166,7 @@ impl MemoryService {
         let prepared: Vec<PreparedMemory> = persistent_idx
             .iter()
             .zip(embeddings)
-            .map(|(&i, embedding)| {
-                let m = &memories[i];
-                PreparedMemory {
-                    lifetime: self.retention.duration(m.retention),
-                    multi_valued: m.predicate.as_deref().is_some_and(|p| self.cardinality.is_multi_valued(p)),
-                    ..PreparedMemory::new(m.clone(), embedding)
-                }
-            })
+            .map(|(&i, embedding)| self.prepare(&memories[i], embedding))
             .collect();
         let working: Vec<Memory> = working_idx
             .iter()
@@ -214,6 +207,55 @@ impl MemoryService {
             }
             WriteOutcome::Replayed(previous) => {
                 self.replay(tenant, previous, idempotency.as_ref().expect("replay implies a key")).await
+            }
+        }
+    }
+
+    /// A validated memory as the store writes it: its lifetime and the
+    /// cardinality of its predicate from the configuration.
+    fn prepare(&self, m: &NewMemory, embedding: Option<Embedding>) -> PreparedMemory {
+        PreparedMemory {
+            lifetime: self.retention.duration(m.retention),
+            multi_valued: m.predicate.as_deref().is_some_and(|p| self.cardinality.is_multi_valued(p)),
+            ..PreparedMemory::new(m.clone(), embedding)
+        }
+    }
+
+    /// Writes copies another agent shared, each with its provenance, in one
+    /// transaction: the ordinary write path (dedup, the contradiction rule)
+    /// with the trust of a shared memory, so a copy never silently replaces
+    /// what the target holds (`domain::share`). Persistent tiers only.
+    pub async fn write_copies(
+        &self,
+        tenant: &str,
+        copies: Vec<(Draft, crate::domain::share::Provenance)>,
+        pointer: &(dyn Fn(usize) -> String + Sync),
+    ) -> ServiceResult<Vec<WrittenMemory>> {
+        let now = self.clock.now();
+        let (drafts, provenances): (Vec<Draft>, Vec<_>) = copies.into_iter().unzip();
+        let memories = self.finish(drafts, pointer).await?;
+        let texts = memories.iter().map(|m| m.content.clone()).collect();
+        let embeddings = self.embed_one_each(tenant, texts).await?;
+        let prepared: Vec<PreparedMemory> = memories
+            .iter()
+            .zip(embeddings)
+            .zip(provenances)
+            .map(|((m, embedding), provenance)| PreparedMemory {
+                source: crate::domain::facts::Source::Shared,
+                provenance: Some(provenance),
+                ..self.prepare(m, embedding)
+            })
+            .collect();
+        let render = |written: &[WrittenMemory]| write_body(written);
+        match self.store.write_staging(tenant, &prepared, &[], None, &render, now).await? {
+            WriteOutcome::Written(written) => {
+                for w in written.iter().filter(|w| w.memory.tier == Tier::Procedural) {
+                    self.evict_skill(tenant, w.memory.id).await;
+                }
+                Ok(written)
+            }
+            WriteOutcome::Replayed(_) => {
+                Err(StoreError::Internal(anyhow::anyhow!("a write without an idempotency key was replayed")).into())
             }
         }
     }

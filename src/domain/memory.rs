@@ -238,6 +238,10 @@ pub struct Memory {
     /// Incremented on every upsert of the skill.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<i32>,
+
+    /// Set on a copy another agent shared: where it came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<super::share::Provenance>,
 }
 
 impl Memory {

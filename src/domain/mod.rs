@@ -17,6 +17,7 @@ pub mod redact;
 pub mod retention;
 pub mod rows;
 pub mod scoring;
+pub mod share;
 pub mod tokens;
 pub mod validate;
 

@@ -59,6 +59,7 @@ pub fn new_row(m: &NewMemory, now: DateTime<Utc>, expires_at: Option<DateTime<Ut
         success_rate: procedural.then(|| success_rate(success, failure)),
         avg_reward: procedural.then(|| m.reward.unwrap_or(0.0)),
         version: procedural.then_some(1),
+        provenance: None,
     }
 }
 

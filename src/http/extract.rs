@@ -404,6 +404,19 @@ impl FromRequestParts<AppState> for AdminActor {
     }
 }
 
+/// The id of the request's API key (`keyless` without keys), for records
+/// of who did what; authorization is the job of the other extractors.
+#[derive(Debug, Clone)]
+pub struct KeyId(pub String);
+
+impl FromRequestParts<AppState> for KeyId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        state.auth.authorize_key(&parts.headers, Scope::Read).map(|(_, id)| KeyId(id))
+    }
+}
+
 impl FromRequestParts<AppState> for AdminTenant {
     type Rejection = ApiError;
 

@@ -14,6 +14,7 @@ pub mod origin;
 pub mod recall;
 pub mod response;
 pub mod retention;
+pub mod share;
 pub mod system;
 
 use std::time::{Duration, Instant};
@@ -51,14 +52,15 @@ const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
             not contain control, bidirectional or invisible characters; an object that repeats a key is 422 naming \
             it.\n\n\
             Scopes: each key has one, listed as the role of an operation's `bearer` requirement: `read` (get, \
-            list, history, search, context), `read_write` (also write, update, delete) or `admin` (also the \
-            retention preview, erasure, legal holds, the audit log, `/metrics` and the checks of `/readyz`). A key with too small a scope gets 403 \
+            list, history, search, context, sharing grants and teams), `read_write` (also write, update, delete, \
+            share) or `admin` (also the retention preview, erasure, legal holds, sharing grants and teams, the audit log, `/metrics` and the checks of `/readyz`). A key with too small a scope gets 403 \
             `insufficient_scope`, its `WWW-Authenticate` naming the scope needed.\n\n\
             Errors: `{\"error\": {\"code\", \"message\", \"field\"?, \"request_id\"}}` with stable codes: \
             invalid_json (400), invalid_cursor (400), unauthorized (401), insufficient_scope (403, the API key's \
-            scope does not allow the operation), host_not_allowed and origin_not_allowed \
+            scope does not allow the operation), share_not_granted (403, no grant lets the sender share with the \
+            agents named), host_not_allowed and origin_not_allowed \
             (403, only without API keys: the Host and Origin headers must name localhost, 127.0.0.1, [::1] or a \
-            configured host), memory_not_found (404), erasure_not_found (404), hold_not_found (404), \
+            configured host), memory_not_found (404), erasure_not_found (404), hold_not_found (404), grant_not_found (404), \
             route_not_found (404), method_not_allowed (405), idempotency_key_reused (409), conflict (409), \
             legal_hold (409, an erasure would touch memories under a legal hold; the message names the holds), \
             erasure_in_progress (409, a hold on a user whose erasure is unfinished), \
@@ -74,6 +76,7 @@ const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
         (name = "recall", description = "Search with priority scoring, and token-budgeted context"),
         (name = "retention", description = "What the retention sweep will delete"),
         (name = "erasure", description = "Erasing a data subject's memories from every store, legal holds, and the audit log"),
+        (name = "sharing", description = "Memories shared between agents under grants, redacted, with provenance"),
         (name = "operations", description = "Health, readiness and metrics"),
     )
 )]
@@ -107,6 +110,11 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(erasure::export_subject))
         .routes(routes!(holds::place_hold, holds::list_holds))
         .routes(routes!(holds::get_hold, holds::release_hold))
+        .routes(routes!(share::share, share::list_shared))
+        .routes(routes!(share::create_grant, share::list_grants))
+        .routes(routes!(share::revoke_grant))
+        .routes(routes!(share::set_team))
+        .routes(routes!(share::list_teams))
         .routes(routes!(system::healthz))
         .routes(routes!(system::readyz))
         .routes(routes!(system::metrics))

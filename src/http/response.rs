@@ -112,6 +112,41 @@ pub struct MemoryResponse {
     /// Incremented on every upsert of the skill.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<i32>,
+
+    /// Set on a copy another agent shared (`POST /v1/share`): where it came
+    /// from. A copy is a snapshot: later changes to the original do not reach it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<ProvenanceResponse>,
+}
+
+/// Where a shared copy came from.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct ProvenanceResponse {
+    /// The agent that shared the memory.
+    pub source_agent_id: String,
+    /// The memory the copy was made from (it may have changed or gone since).
+    pub source_memory_id: Uuid,
+    /// The id of the API key that shared it (`keyless` without keys).
+    pub shared_by: String,
+    pub shared_at: DateTime<Utc>,
+    /// The grant that allowed the share.
+    pub grant_id: Uuid,
+    /// What was redacted from the copy before it was made: kind → how many.
+    pub redactions: std::collections::BTreeMap<String, u64>,
+}
+
+impl From<crate::domain::share::Provenance> for ProvenanceResponse {
+    fn from(p: crate::domain::share::Provenance) -> Self {
+        let crate::domain::share::Provenance {
+            source_agent_id,
+            source_memory_id,
+            shared_by,
+            shared_at,
+            grant_id,
+            redactions,
+        } = p;
+        ProvenanceResponse { source_agent_id, source_memory_id, shared_by, shared_at, grant_id, redactions }
+    }
 }
 
 impl From<Memory> for MemoryResponse {
@@ -158,6 +193,7 @@ impl From<Memory> for MemoryResponse {
             success_rate,
             avg_reward,
             version,
+            provenance,
         } = m;
         MemoryResponse {
             id,
@@ -199,6 +235,7 @@ impl From<Memory> for MemoryResponse {
             success_rate,
             avg_reward,
             version,
+            provenance: provenance.map(ProvenanceResponse::from),
         }
     }
 }
@@ -297,6 +334,7 @@ mod tests {
             success_rate: None,
             avg_reward: None,
             version: None,
+            provenance: None,
         }
     }
 

@@ -60,6 +60,10 @@ pub trait ErasureTx: Send {
     /// Facts derived from these memories or superseded by them.
     async fn linked_facts(&mut self, tenant: &str, ids: &[Uuid]) -> StoreResult<Vec<Linked>>;
 
+    /// Copies shared from these memories (`provenance.source_memory_id`),
+    /// of every tier.
+    async fn copies(&mut self, tenant: &str, ids: &[Uuid]) -> StoreResult<Vec<Linked>>;
+
     /// Claims rows for the erasure `erasure` and hides them from every read
     /// from the commit on: SQLite moves their expiry to `at` (the worker
     /// deletes them with their in-process index entries), Postgres deletes
@@ -206,6 +210,14 @@ pub async fn accept(mut tx: Box<dyn ErasureTx>, mut record: ErasureRecord, store
                 seen.insert(link.fact.id);
                 next.push(link.fact.id);
                 rows.push(link.fact);
+            }
+        }
+        // A shared copy is the same data in another agent's memory: it goes
+        // with its original, whoever it now belongs to.
+        for copy in tx.copies(tenant, &frontier).await? {
+            if seen.insert(copy.fact.id) {
+                next.push(copy.fact.id);
+                rows.push(copy.fact);
             }
         }
         frontier = next;

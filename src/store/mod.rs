@@ -18,6 +18,7 @@ pub mod breaker;
 pub mod erasure;
 pub mod postgres;
 pub mod redis;
+pub mod share;
 pub mod sqlite;
 mod storage;
 pub mod write;
@@ -111,6 +112,8 @@ pub struct PreparedMemory {
     /// Semantic: the predicate holds several values, so the object is part
     /// of the fact's slot (`domain::facts`).
     pub multi_valued: bool,
+    /// A copy shared by another agent: where it came from.
+    pub provenance: Option<crate::domain::share::Provenance>,
 }
 
 impl PreparedMemory {
@@ -124,6 +127,7 @@ impl PreparedMemory {
             embedding,
             source: crate::domain::facts::Source::Agent,
             multi_valued: false,
+            provenance: None,
         }
     }
 }

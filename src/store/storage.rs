@@ -42,6 +42,8 @@ pub struct Storage {
     pub sweep: Arc<dyn Sweep>,
     /// Erasing a data subject's memories, and the audit log.
     pub erasure: Arc<dyn Erasures>,
+    /// Sharing grants, teams and shared copies.
+    pub sharing: Arc<dyn super::share::Sharing>,
     /// The connection pool, for the pool gauges.
     pub pool: DbPool,
     /// The backend's own handle, for tests that look at its tables directly
@@ -86,6 +88,7 @@ impl Storage {
             transfer: both.clone(),
             sweep: both.clone(),
             erasure: both,
+            sharing: Arc::new(pg.clone()),
             pool: DbPool::Postgres(pg.pool().clone()),
             raw: Raw::Postgres(pg),
         }
@@ -103,7 +106,8 @@ impl Storage {
             maintenance: handle.clone(),
             transfer: handle.clone(),
             sweep: handle.clone(),
-            erasure: handle,
+            erasure: handle.clone(),
+            sharing: handle,
             pool: DbPool::Sqlite(store.pool().clone()),
             raw: Raw::Embedded(store),
         }

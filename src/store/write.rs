@@ -204,13 +204,20 @@ async fn write_one(
     now: DateTime<Utc>,
 ) -> StoreResult<WrittenMemory> {
     let expires_at = p.lifetime.map(|d| now + d);
-    let row = new_row(&p.memory, now, expires_at, p.source);
+    let mut row = new_row(&p.memory, now, expires_at, p.source);
+    row.provenance = p.provenance.clone();
     let memory = match p.memory.tier {
         Tier::Episodic => tx.insert(tenant, &stored(row, p, 0)).await?,
         Tier::Semantic => return write_fact(tx, tenant, p, row, now).await,
         Tier::Procedural => {
             let name = p.memory.skill_name.as_deref().unwrap_or_default();
             match tx.skill(tenant, &p.memory.agent_id, name).await? {
+                // A shared skill never overwrites the target's skill of that
+                // name (poisoning): the target keeps its own, reported as a
+                // deduplicated share.
+                Some(old) if !old.skill.is_expired(now) && p.provenance.is_some() => {
+                    return Ok(WrittenMemory { memory: old.skill, deduplicated: true });
+                }
                 Some(old) if !old.skill.is_expired(now) => {
                     let next = upsert_skill(&old, &row, p.memory.reward);
                     let s = stored(next.skill, p, next.reward_count);

@@ -222,6 +222,10 @@ impl TestApp {
         self.auth(self.client.patch(format!("{}{path}", self.base)).json(body)).send().await.unwrap()
     }
 
+    pub async fn put(&self, path: &str, body: &Value) -> Response {
+        self.auth(self.client.put(format!("{}{path}", self.base)).json(body)).send().await.unwrap()
+    }
+
     pub async fn delete(&self, path: &str) -> Response {
         self.auth(self.client.delete(format!("{}{path}", self.base))).send().await.unwrap()
     }

@@ -18,6 +18,7 @@ mod reembed;
 mod retention;
 mod schema;
 mod scopes;
+mod share;
 mod tenancy;
 mod transfer;
 mod working;

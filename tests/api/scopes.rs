@@ -130,6 +130,7 @@ async fn the_documented_scope_of_every_operation_is_the_enforced_one() {
                     "delete" => server.client.delete(&url),
                     "post" => server.client.post(&url).json(&json!({})),
                     "patch" => server.client.patch(&url).json(&json!({})),
+                    "put" => server.client.put(&url).json(&json!({})),
                     other => panic!("{other} {path}"),
                 };
                 let r = request.bearer_auth(key).send().await.unwrap();

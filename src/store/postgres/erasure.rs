@@ -98,6 +98,32 @@ impl ErasureTx for PgTx {
             .collect())
     }
 
+    async fn copies(&mut self, tenant: &str, ids: &[Uuid]) -> StoreResult<Vec<Linked>> {
+        let sources: Vec<String> = ids.iter().map(Uuid::to_string).collect();
+        let sql = PERSISTENT
+            .iter()
+            .map(|t| {
+                format!(
+                    "SELECT '{}'::text AS tier, id, user_id, (provenance->>'source_memory_id')::uuid AS source \
+                     FROM {} WHERE tenant_id = $1 AND provenance IS NOT NULL \
+                     AND provenance->>'source_memory_id' = ANY($2)",
+                    t.as_str(),
+                    table(*t)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" UNION ALL ");
+        let rows: Vec<(String, Uuid, Option<String>, Uuid)> = sqlx::query_as(AssertSqlSafe(sql))
+            .bind(tenant)
+            .bind(&sources)
+            .fetch_all(&mut *self.tx)
+            .await
+            .map_err(store_error)?;
+        rows.into_iter()
+            .map(|(tier, id, user_id, to)| Ok(Linked { fact: ErasureRow { tier: tier_of(&tier)?, id, user_id }, to }))
+            .collect()
+    }
+
     async fn claim(
         &mut self,
         tenant: &str,

@@ -13,6 +13,7 @@ mod reembed;
 mod retention;
 mod rows;
 mod search;
+mod share;
 mod transfer;
 mod write;
 

@@ -18,7 +18,7 @@ pub const NAMES: &str = "tier, id, agent_id, user_id, session_id, content, impor
     occurred_at, created_at, updated_at, expires_at, access_count, last_accessed_at, embedding_model, event_type, \
     outcome, namespace, subject, predicate, object, confidence, valid_from, valid_until, supersedes, \
     source_episode_id, skill_name, trigger_pattern, policy, tool_sequence, success_count, failure_count, \
-    success_rate, avg_reward, version, source, contested_by";
+    success_rate, avg_reward, version, source, contested_by, provenance";
 
 pub fn episodic_columns() -> String {
     format!(
@@ -27,7 +27,8 @@ pub fn episodic_columns() -> String {
          NULL::timestamptz AS valid_until, NULL::uuid AS supersedes, NULL::uuid AS source_episode_id, \
          NULL::text AS skill_name, NULL::text AS trigger_pattern, NULL::jsonb AS policy, NULL::jsonb AS tool_sequence, \
          NULL::integer AS success_count, NULL::integer AS failure_count, NULL::float8 AS success_rate, \
-         NULL::float8 AS avg_reward, NULL::integer AS version, NULL::text AS source, NULL::uuid AS contested_by"
+         NULL::float8 AS avg_reward, NULL::integer AS version, NULL::text AS source, NULL::uuid AS contested_by, \
+         provenance"
     )
 }
 
@@ -37,7 +38,7 @@ pub fn semantic_columns() -> String {
          predicate, object, confidence, valid_from, valid_until, supersedes, source_episode_id, \
          NULL::text AS skill_name, NULL::text AS trigger_pattern, NULL::jsonb AS policy, NULL::jsonb AS tool_sequence, \
          NULL::integer AS success_count, NULL::integer AS failure_count, NULL::float8 AS success_rate, \
-         NULL::float8 AS avg_reward, NULL::integer AS version, source, contested_by"
+         NULL::float8 AS avg_reward, NULL::integer AS version, source, contested_by, provenance"
     )
 }
 
@@ -47,7 +48,8 @@ pub fn procedural_columns() -> String {
          NULL::text AS subject, NULL::text AS predicate, NULL::text AS object, NULL::float8 AS confidence, \
          NULL::timestamptz AS valid_from, NULL::timestamptz AS valid_until, NULL::uuid AS supersedes, \
          NULL::uuid AS source_episode_id, skill_name, trigger_pattern, policy, tool_sequence, success_count, \
-         failure_count, success_rate, avg_reward, version, NULL::text AS source, NULL::uuid AS contested_by"
+         failure_count, success_rate, avg_reward, version, NULL::text AS source, NULL::uuid AS contested_by, \
+         provenance"
     )
 }
 
@@ -110,6 +112,7 @@ pub struct MemoryRow {
     version: Option<i32>,
     source: Option<String>,
     contested_by: Option<Uuid>,
+    provenance: Option<sqlx::types::Json<crate::domain::share::Provenance>>,
 }
 
 impl TryFrom<MemoryRow> for Memory {
@@ -158,6 +161,7 @@ impl TryFrom<MemoryRow> for Memory {
             version: r.version,
             source: r.source.as_deref().map(crate::store::parse_source).transpose()?,
             contested_by: r.contested_by,
+            provenance: r.provenance.map(|p| p.0),
         })
     }
 }

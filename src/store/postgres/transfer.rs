@@ -26,7 +26,7 @@ struct ExportRow {
 /// The columns every tier's insert starts with, in the order `push_common` binds them.
 const COMMON: &str = "id, tenant_id, agent_id, user_id, session_id, content, content_hash, importance, embedding, \
     embedding_model, access_count, last_accessed_at, retention, private, metadata, occurred_at, created_at, \
-    updated_at, expires_at";
+    updated_at, expires_at, provenance";
 
 impl PgStore {
     /// Up to `limit` live rows of one tier after `after`, oldest first.
@@ -164,6 +164,7 @@ pub(super) fn insert(tenant: &str, r: &StoredMemory) -> anyhow::Result<QueryBuil
     v.push_bind(m.created_at);
     v.push_bind(m.updated_at);
     v.push_bind(m.expires_at);
+    v.push_bind(m.provenance.as_ref().map(sqlx::types::Json));
     match m.tier {
         Tier::Episodic => {
             v.push_bind(m.event_type.map_or("conversation", |e| e.as_str()));

@@ -104,6 +104,30 @@ impl ErasureTx for SqliteTx {
         Ok(out)
     }
 
+    async fn copies(&mut self, tenant: &str, ids: &[Uuid]) -> StoreResult<Vec<Linked>> {
+        let mut out = Vec::new();
+        for chunk in ids.chunks(CHUNK) {
+            let mut qb = QueryBuilder::new(
+                "select tier, id, user_id, json_extract(provenance, '$.source_memory_id') from memories \
+                 where provenance is not null and tenant_id = ",
+            );
+            qb.push_bind(tenant.to_string()).push(" and json_extract(provenance, '$.source_memory_id') in (");
+            let mut list = qb.separated(", ");
+            for id in chunk {
+                list.push_bind(id.to_string());
+            }
+            list.push_unseparated(")");
+            let rows: Vec<(String, Uuid, Option<String>, String)> =
+                qb.build_query_as().fetch_all(&mut *self.tx).await.map_err(store_error)?;
+            for (tier, id, user_id, to) in rows {
+                let tier = Tier::parse(&tier).ok_or_else(|| corrupt("tier", &tier))?;
+                let to = to.parse().map_err(|_| corrupt("provenance", &to))?;
+                out.push(Linked { fact: ErasureRow { tier, id, user_id }, to });
+            }
+        }
+        Ok(out)
+    }
+
     async fn claim(
         &mut self,
         tenant: &str,

@@ -30,6 +30,7 @@ mod reembed;
 mod retention;
 mod rows;
 mod search;
+mod share;
 mod text;
 mod transfer;
 mod vectors;

@@ -22,7 +22,7 @@ pub const COLUMNS: &str = "m.seq, m.id, m.tier, m.agent_id, m.user_id, m.session
     cast(m.confidence as real) as confidence, m.source_episode_id, m.supersedes, m.valid_from, m.valid_until, m.skill_name, m.trigger_pattern, \
     m.policy, m.tool_sequence, m.success_count, m.failure_count, \
     cast(m.success_rate as real) as success_rate, cast(m.avg_reward as real) as avg_reward, m.version, m.source, \
-    m.contested_by";
+    m.contested_by, m.provenance";
 
 /// The same columns as one JSON object, for statements that hand many rows
 /// back as one (`json_group_array`): the driver passes rows over one at a
@@ -45,7 +45,7 @@ pub const JSON_ROW: &str = "json_object('seq', m.seq, 'id', hex(m.id), 'tier', m
     'policy', m.policy, 'tool_sequence', m.tool_sequence, 'success_count', m.success_count, \
     'failure_count', m.failure_count, 'success_rate', cast(m.success_rate as real), \
     'avg_reward', cast(m.avg_reward as real), 'version', m.version, 'source', m.source, \
-    'contested_by', iif(m.contested_by is null, null, hex(m.contested_by)))";
+    'contested_by', iif(m.contested_by is null, null, hex(m.contested_by)), 'provenance', m.provenance)";
 
 /// Rows read as one `json_group_array` of `JSON_ROW`s, with their `seq`.
 pub fn from_json_rows(json: &str) -> Result<Vec<(i64, Memory)>, StoreError> {
@@ -102,6 +102,7 @@ pub struct MemoryRow {
     version: Option<i32>,
     source: Option<String>,
     contested_by: Option<Uuid>,
+    provenance: Option<String>,
 }
 
 fn json(what: &str, text: &str) -> Result<Value, StoreError> {
@@ -162,6 +163,11 @@ impl TryFrom<MemoryRow> for Memory {
             version: r.version,
             source: r.source.as_deref().map(crate::store::parse_source).transpose()?,
             contested_by: r.contested_by,
+            provenance: r
+                .provenance
+                .as_deref()
+                .map(|p| serde_json::from_str(p).map_err(|_| corrupt("provenance", p)))
+                .transpose()?,
         })
     }
 }

@@ -105,8 +105,8 @@ pub(super) fn insert(tenant: &str, r: &StoredMemory) -> anyhow::Result<QueryBuil
              retention, private, metadata, occurred_at, created_at, updated_at, expires_at, access_count, \
              last_accessed_at, embedding, embedding_model, event_type, outcome, namespace, subject, predicate, object, \
              confidence, source_episode_id, supersedes, valid_from, valid_until, skill_name, trigger_pattern, policy, \
-             tool_sequence, success_count, failure_count, reward_count, avg_reward, version, source, contested_by) \
-             values (",
+             tool_sequence, success_count, failure_count, reward_count, avg_reward, version, source, contested_by, \
+             provenance) values (",
     );
     let semantic = m.tier == Tier::Semantic;
     let procedural = m.tier == Tier::Procedural;
@@ -158,6 +158,7 @@ pub(super) fn insert(tenant: &str, r: &StoredMemory) -> anyhow::Result<QueryBuil
     v.push_bind(procedural.then(|| m.version.unwrap_or(1)));
     v.push_bind(semantic.then(|| m.source.unwrap_or(crate::domain::facts::Source::Agent).as_str()));
     v.push_bind(m.contested_by.filter(|_| semantic));
+    v.push_bind(m.provenance.as_ref().map(to_json_text).transpose()?);
     v.push_unseparated(")");
     Ok(qb)
 }

@@ -103,7 +103,8 @@ fn the_postgres_migrator_does_not_pick_up_the_sqlite_migrations() {
             "retention",
             "working outbox",
             "erasure audit",
-            "legal holds"
+            "legal holds",
+            "sharing"
         ]
     );
 }
@@ -150,6 +151,7 @@ fn working_entry(agent: &str, session: &str, content: &str) -> Memory {
         success_rate: None,
         avg_reward: None,
         version: None,
+        provenance: None,
     }
 }
 
