@@ -179,12 +179,16 @@ impl SharingService {
         from_agent_id: String,
         target: GrantTarget,
     ) -> ShareResult<Grant> {
+        // Whole microseconds, as the database keeps them: the 201 and a
+        // later GET show the same instant.
+        let now = self.clock.now();
+        let created_at = DateTime::from_timestamp_micros(now.timestamp_micros()).unwrap_or(now);
         let grant = Grant {
             id: Uuid::now_v7(),
             from_agent_id,
             target,
             created_by: actor.to_string(),
-            created_at: self.clock.now(),
+            created_at,
             revoked_at: None,
         };
         self.store.insert_grant(tenant, &grant).await?;

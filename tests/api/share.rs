@@ -244,6 +244,8 @@ async fn erasing_the_source_erases_its_copies_and_withdrawing_a_grant_erases_wha
     expect_error(writer.post("/v1/share", &again).await, StatusCode::FORBIDDEN, "share_not_granted").await;
     let (_, grants) = admin.get_json("/v1/share/grants").await;
     assert!(grants["grants"][0]["revoked_at"].is_string(), "{grants}");
+    // The 201 and a later read show the same instant.
+    assert_eq!(grants["grants"][0]["created_at"], g["created_at"], "{grants}");
 }
 
 #[tokio::test]
