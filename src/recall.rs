@@ -44,6 +44,8 @@ pub struct SearchParams {
     pub since: Option<DateTime<Utc>>,
     pub until: Option<DateTime<Utc>>,
     pub min_relevance: Option<f64>,
+    /// Also recall candidates (facts that lost their slot, `contested_by` set).
+    pub include_candidates: bool,
 }
 
 /// A recalled memory with its score (the API answers with
@@ -269,6 +271,7 @@ impl MemoryService {
             since: p.since,
             until: p.until,
             per_leg,
+            include_candidates: p.include_candidates,
         };
         // The store starts with what needs no vector while the query is
         // being embedded, and gets the vector when it is ready.

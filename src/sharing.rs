@@ -324,6 +324,7 @@ impl SharingService {
                     since: None,
                     until: None,
                     min_relevance: None,
+                    include_candidates: false,
                 };
                 self.memories.search(tenant, &params).await?.results.into_iter().map(|s| s.memory).collect()
             }

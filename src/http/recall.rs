@@ -65,6 +65,10 @@ pub struct SearchRequest {
     /// below this (0 to 1).
     #[schema(minimum = 0.0, maximum = 1.0)]
     pub min_relevance: Option<f64>,
+    /// Also recall candidates: facts kept behind a current fact they
+    /// contradict (`contested_by` set), such as a shared fact that lost to
+    /// the agent's own. Default false.
+    pub include_candidates: Option<bool>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -171,6 +175,7 @@ fn search_params(
         since: filter.since,
         until: filter.until,
         min_relevance,
+        include_candidates: false,
     })
 }
 
@@ -225,6 +230,7 @@ pub async fn search_memories(
         r.filter,
         r.min_relevance,
     )?;
+    let params = SearchParams { include_candidates: r.include_candidates.unwrap_or(false), ..params };
     let outcome = state.service.search(&tenant, &params).await?;
     let results = outcome.results.into_iter().map(ScoredMemoryResponse::from).collect();
     Ok(Json(SearchResponse { results, timings: outcome.timings, warnings: outcome.warnings }))

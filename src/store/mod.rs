@@ -258,6 +258,8 @@ pub struct SearchQuery {
     pub until: Option<DateTime<Utc>>,
     /// Candidates each leg returns per tier.
     pub per_leg: usize,
+    /// Semantic: also facts kept as candidates (`contested_by` set).
+    pub include_candidates: bool,
 }
 
 /// The query vector of a search, still being computed when it starts.

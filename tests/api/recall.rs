@@ -342,6 +342,7 @@ async fn each_leg_scores_the_other_legs_candidates_too() {
         until: None,
         // One row per leg: whatever one leg alone found still carries both scores.
         per_leg: 1,
+        include_candidates: false,
     };
     let hits = app.store.search(&tenant, &query, app.clock.now()).await.unwrap();
     assert!(!hits.hits.is_empty());

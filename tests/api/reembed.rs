@@ -64,6 +64,7 @@ async fn a_model_change_reembeds_in_the_background_and_never_mixes_vector_spaces
         since: None,
         until: None,
         per_leg: 50,
+        include_candidates: false,
     };
     let now = chrono::Utc::now();
 

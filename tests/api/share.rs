@@ -186,6 +186,13 @@ async fn a_shared_fact_never_replaces_the_targets_own_and_a_shared_skill_never_o
     assert_eq!(current["valid_until"], Value::Null);
     let recalled = found(&writer, "b", "Where does the user live?").await;
     assert!(recalled.contains("Paris") && !recalled.contains("Berlin"), "{recalled}");
+    // A search can opt in to candidates, which say what they lost to.
+    let body = json!({"agent_id": "b", "query": "Where does the user live?", "top_k": 50, "include_candidates": true});
+    let (status, r) = post_json(&writer, "/v1/memories/search", &body).await;
+    assert_eq!(status, StatusCode::OK, "{r}");
+    let candidate = r["results"].as_array().unwrap().iter().find(|x| x["memory"]["id"] == copy["id"]);
+    assert_eq!(candidate.map(|c| c["memory"]["contested_by"].clone()), Some(own["id"].clone()), "{r}");
+    assert!(r["results"].to_string().contains("Paris"), "{r}");
     // The skill: the target keeps its own.
     let skill = &out["shared"][1];
     assert_eq!(

@@ -50,7 +50,11 @@ fn push_filters(qb: &mut QueryBuilder<Postgres>, tenant: &str, tier: Tier, q: &S
         qb.push(" AND metadata -> ").push_bind(k.clone()).push(" = ").push_bind(sqlx::types::Json(v.clone()));
     }
     if tier == Tier::Semantic {
-        qb.push(" AND valid_until IS NULL");
+        if q.include_candidates {
+            qb.push(" AND (valid_until IS NULL OR contested_by IS NOT NULL)");
+        } else {
+            qb.push(" AND valid_until IS NULL");
+        }
     }
 }
 

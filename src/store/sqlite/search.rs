@@ -99,7 +99,11 @@ fn push_filters(qb: &mut QueryBuilder<Sqlite>, tenant: &str, tiers: &[Tier], q: 
         push_metadata_json(qb, k, v);
     }
     if tiers.contains(&Tier::Semantic) {
-        qb.push(" and (m.tier <> 'semantic' or m.valid_until is null)");
+        if q.include_candidates {
+            qb.push(" and (m.tier <> 'semantic' or m.valid_until is null or m.contested_by is not null)");
+        } else {
+            qb.push(" and (m.tier <> 'semantic' or m.valid_until is null)");
+        }
     }
 }
 
@@ -130,6 +134,7 @@ struct Scope {
     since: Option<i64>,
     until: Option<i64>,
     now: i64,
+    candidates: bool,
 }
 
 impl Scope {
@@ -141,11 +146,20 @@ impl Scope {
             since: q.since.map(micros),
             until: q.until.map(micros),
             now: micros(now),
+            candidates: q.include_candidates,
         }
     }
 
     fn filter<'a>(&'a self, tiers: &'a [Tier], seen: &'a HashSet<Uuid>) -> ScanFilter<'a> {
-        ScanFilter { tiers, user_id: self.user.as_deref(), since: self.since, until: self.until, now: self.now, seen }
+        ScanFilter {
+            tiers,
+            user_id: self.user.as_deref(),
+            since: self.since,
+            until: self.until,
+            now: self.now,
+            seen,
+            candidates: self.candidates,
+        }
     }
 }
 

@@ -319,6 +319,7 @@ impl TextIndex {
             i64,
             Option<i64>,
             u8,
+            u8,
             String,
             Option<String>,
             Option<String>,
@@ -330,10 +331,11 @@ impl TextIndex {
         loop {
             let chunk: String = sqlx::query_scalar(
                 "with r as (select seq, tenant_id, agent_id, hex(id) as id, tier, user_id, occurred_at, expires_at, \
-                 valid_until is null as valid, content, skill_name, trigger_pattern from memories where seq > ? \
+                 valid_until is null as valid, contested_by is not null as candidate, content, skill_name, \
+                 trigger_pattern from memories where seq > ? \
                  order by seq limit ?) \
                  select json_group_array(json_array(seq, tenant_id, agent_id, id, tier, user_id, occurred_at, \
-                 expires_at, valid, content, skill_name, trigger_pattern) order by seq) from r",
+                 expires_at, valid, candidate, content, skill_name, trigger_pattern) order by seq) from r",
             )
             .bind(after)
             .bind(CHUNK)
@@ -342,10 +344,32 @@ impl TextIndex {
             let rows: Vec<LoadRow> = serde_json::from_str(&chunk).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
             let Some(last) = rows.last() else { break };
             after = last.0;
-            for (_, tenant, agent, id, tier, user_id, occurred_at, expires_at, valid, content, name, trigger) in rows {
+            for (
+                _,
+                tenant,
+                agent,
+                id,
+                tier,
+                user_id,
+                occurred_at,
+                expires_at,
+                valid,
+                candidate,
+                content,
+                name,
+                trigger,
+            ) in rows
+            {
                 let Some(tier) = Tier::parse(&tier) else { continue };
-                let entry =
-                    Entry { id, tier, valid: valid != 0, user_id: user_id.map(Into::into), occurred_at, expires_at };
+                let entry = Entry {
+                    id,
+                    tier,
+                    valid: valid != 0,
+                    candidate: candidate != 0,
+                    user_id: user_id.map(Into::into),
+                    occurred_at,
+                    expires_at,
+                };
                 let text = body_of(tier, &content, name.as_deref(), trigger.as_deref());
                 index.insert(&tenant, &agent, entry, &text);
             }
@@ -518,11 +542,19 @@ mod tests {
     use super::*;
 
     fn entry(id: u128, tier: Tier) -> Entry {
-        Entry { id: Uuid::from_u128(id), tier, valid: true, user_id: None, occurred_at: 0, expires_at: None }
+        Entry {
+            id: Uuid::from_u128(id),
+            tier,
+            valid: true,
+            candidate: false,
+            user_id: None,
+            occurred_at: 0,
+            expires_at: None,
+        }
     }
 
     fn all<'a>(tiers: &'a [Tier], seen: &'a HashSet<Uuid>) -> ScanFilter<'a> {
-        ScanFilter { tiers, user_id: None, since: None, until: None, now: 0, seen }
+        ScanFilter { tiers, user_id: None, since: None, until: None, now: 0, seen, candidates: false }
     }
 
     fn index_of(texts: &[(u128, &str)]) -> TextIndex {

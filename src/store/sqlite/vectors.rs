@@ -59,6 +59,8 @@ pub struct Entry {
     pub tier: Tier,
     /// False for a superseded fact (valid_until set).
     pub valid: bool,
+    /// A fact kept behind the current one it contradicts (`contested_by`).
+    pub candidate: bool,
     pub user_id: Option<Box<str>>,
     /// Microseconds since the epoch, as stored.
     pub occurred_at: i64,
@@ -71,6 +73,7 @@ impl Entry {
             id: m.id,
             tier: m.tier,
             valid: m.valid_until.is_none(),
+            candidate: m.contested_by.is_some(),
             user_id: m.user_id.as_deref().map(Into::into),
             occurred_at: m.occurred_at.timestamp_micros(),
             expires_at: m.expires_at.map(|t| t.timestamp_micros()),
@@ -106,12 +109,14 @@ pub struct ScanFilter<'a> {
     pub now: i64,
     /// Ids already proposed by an earlier round of the same search.
     pub seen: &'a HashSet<Uuid>,
+    /// Admit candidate facts too.
+    pub candidates: bool,
 }
 
 impl ScanFilter<'_> {
     pub fn admits(&self, e: &Entry) -> bool {
         self.tiers.contains(&e.tier)
-            && (e.valid || e.tier != Tier::Semantic)
+            && (e.valid || e.tier != Tier::Semantic || (self.candidates && e.candidate))
             && e.expires_at.is_none_or(|t| t > self.now)
             && self.user_id.is_none_or(|u| e.user_id.as_deref() == Some(u))
             && self.since.is_none_or(|t| e.occurred_at >= t)
@@ -138,19 +143,20 @@ pub struct VectorIndex {
 impl VectorIndex {
     /// Reads every stored vector.
     pub async fn load(pool: &SqlitePool) -> Result<VectorIndex, sqlx::Error> {
-        type LoadRow = (String, String, String, Uuid, String, Option<String>, i64, Option<i64>, bool, Vec<u8>);
+        type LoadRow = (String, String, String, Uuid, String, Option<String>, i64, Option<i64>, bool, bool, Vec<u8>);
         let mut index = VectorIndex::default();
         let mut rows = sqlx::query_as::<_, LoadRow>(
             "select tenant_id, agent_id, embedding_model, id, tier, user_id, occurred_at, expires_at, \
-             valid_until is null, embedding from memories where embedding is not null order by seq",
+             valid_until is null, contested_by is not null, embedding from memories where embedding is not null \
+             order by seq",
         )
         .fetch(pool);
-        while let Some((tenant, agent, model, id, tier, user_id, occurred_at, expires_at, valid, blob)) =
+        while let Some((tenant, agent, model, id, tier, user_id, occurred_at, expires_at, valid, candidate, blob)) =
             rows.try_next().await?
         {
             let Some(tier) = Tier::parse(&tier) else { continue };
             let vector = decode_vector(&blob).map_err(|e| sqlx::Error::Decode(e.to_string().into()))?;
-            let entry = Entry { id, tier, valid, user_id: user_id.map(Into::into), occurred_at, expires_at };
+            let entry = Entry { id, tier, valid, candidate, user_id: user_id.map(Into::into), occurred_at, expires_at };
             index.put(&tenant, &agent, &model, &vector, entry);
         }
         Ok(index)
@@ -592,11 +598,19 @@ mod tests {
     use super::*;
 
     fn entry(id: u128, tier: Tier) -> Entry {
-        Entry { id: Uuid::from_u128(id), tier, valid: true, user_id: None, occurred_at: 0, expires_at: None }
+        Entry {
+            id: Uuid::from_u128(id),
+            tier,
+            valid: true,
+            candidate: false,
+            user_id: None,
+            occurred_at: 0,
+            expires_at: None,
+        }
     }
 
     fn all<'a>(tiers: &'a [Tier], seen: &'a HashSet<Uuid>) -> ScanFilter<'a> {
-        ScanFilter { tiers, user_id: None, since: None, until: None, now: 0, seen }
+        ScanFilter { tiers, user_id: None, since: None, until: None, now: 0, seen, candidates: false }
     }
 
     #[test]

@@ -116,6 +116,7 @@ pub(super) fn query(agent: &str, text: &str, vector: Option<Embedding>) -> Searc
         since: None,
         until: None,
         per_leg: 10,
+        include_candidates: false,
     }
 }
 

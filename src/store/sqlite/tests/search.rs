@@ -538,6 +538,7 @@ async fn search_timing_on_a_data_directory() {
                 until: None,
                 now: now.timestamp_micros(),
                 seen: &seen,
+                candidates: false,
             };
             store.inner.text.read().unwrap().best(&tenant, &agent, &terms, &filter, per_leg);
             rank.push(started.elapsed().as_secs_f64() * 1e3);
@@ -609,5 +610,6 @@ fn exact_filter<'a>(tiers: &'a [Tier], now: chrono::DateTime<Utc>) -> super::sup
         until: None,
         now: now.timestamp_micros(),
         seen: &NONE,
+        candidates: false,
     }
 }
