@@ -243,8 +243,7 @@ pub async fn list_audit(
     RawQuery(query): RawQuery,
 ) -> Result<Json<AuditPageResponse>, ApiError> {
     let (mut after, mut limit) = (0i64, AUDIT_DEFAULT_LIMIT);
-    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query.as_deref().unwrap_or(""))
-        .map_err(|_| ApiError::field("query", "is not a valid query string"))?;
+    let pairs = super::extract::query_pairs(query.as_deref())?;
     for (k, v) in pairs {
         match k.as_str() {
             "after" => {

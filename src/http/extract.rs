@@ -433,6 +433,12 @@ fn bearer_token(value: &str) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
+/// The pairs of a raw query string (none when there is no query), or 422
+/// naming `query` when it is not `application/x-www-form-urlencoded`.
+pub fn query_pairs(raw: Option<&str>) -> Result<Vec<(String, String)>, ApiError> {
+    serde_urlencoded::from_str(raw.unwrap_or("")).map_err(|_| ApiError::field("query", "is not a valid query string"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

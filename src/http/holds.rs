@@ -133,8 +133,7 @@ pub async fn list_holds(
     AdminTenant(tenant): AdminTenant,
     RawQuery(query): RawQuery,
 ) -> Result<Json<HoldListResponse>, ApiError> {
-    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query.as_deref().unwrap_or(""))
-        .map_err(|_| ApiError::field("query", "is not a valid query string"))?;
+    let pairs = super::extract::query_pairs(query.as_deref())?;
     let mut user_id = None;
     for (k, v) in pairs {
         match k.as_str() {

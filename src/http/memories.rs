@@ -260,8 +260,7 @@ fn parse_time(name: &str, v: &str) -> Result<DateTime<Utc>, ApiError> {
 }
 
 pub fn parse_list_query(query: &str) -> Result<ListFilter, ApiError> {
-    let pairs: Vec<(String, String)> =
-        serde_urlencoded::from_str(query).map_err(|_| ApiError::field("query", "is not a valid query string"))?;
+    let pairs = super::extract::query_pairs(Some(query))?;
     let mut f = ListFilter { limit: DEFAULT_LIMIT, ..Default::default() };
     for (k, v) in pairs {
         match k.as_str() {

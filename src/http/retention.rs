@@ -80,8 +80,7 @@ pub async fn preview_retention(
     RawQuery(query): RawQuery,
 ) -> Result<Json<RetentionPreviewResponse>, ApiError> {
     let mut limit = DEFAULT_LIMIT;
-    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query.as_deref().unwrap_or(""))
-        .map_err(|_| ApiError::field("query", "is not a valid query string"))?;
+    let pairs = super::extract::query_pairs(query.as_deref())?;
     for (k, v) in pairs {
         match k.as_str() {
             "limit" => {

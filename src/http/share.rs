@@ -219,8 +219,7 @@ pub async fn revoke_grant(
     RawQuery(query): RawQuery,
 ) -> Result<Json<RevokeResponse>, ApiError> {
     let id: Uuid = id.parse().map_err(|_| ApiError::field("id", "must be a UUID"))?;
-    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query.as_deref().unwrap_or(""))
-        .map_err(|_| ApiError::field("query", "is not a valid query string"))?;
+    let pairs = super::extract::query_pairs(query.as_deref())?;
     let mut withdraw = false;
     for (k, v) in pairs {
         match (k.as_str(), v.as_str()) {
@@ -471,8 +470,7 @@ pub async fn list_shared(
     ReadTenant(tenant): ReadTenant,
     RawQuery(query): RawQuery,
 ) -> Result<Json<SharedListResponse>, ApiError> {
-    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query.as_deref().unwrap_or(""))
-        .map_err(|_| ApiError::field("query", "is not a valid query string"))?;
+    let pairs = super::extract::query_pairs(query.as_deref())?;
     let (mut agent, mut outgoing, mut limit) = (None, false, 100usize);
     for (k, v) in pairs {
         match k.as_str() {
