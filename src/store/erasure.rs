@@ -19,7 +19,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{Embedding, StoreError, StoreResult, SweepLease};
+use super::{Embedding, StoreError, StoreResult, SweepLease, corrupt};
 use crate::domain::erasure::{self, AuditEntry, Counts, ErasureRecord, NewAuditEntry, Subject};
 use crate::domain::holds::{self, Hold};
 use crate::domain::{Memory, Tier};
@@ -171,6 +171,48 @@ pub trait Erasures: Send + Sync {
 
     /// The tenant's active holds (on one user when given), oldest first.
     async fn active_holds(&self, tenant: &str, user_id: Option<&str>) -> StoreResult<Vec<Hold>>;
+}
+
+/// An erasure's stored columns, as a backend read them (times already in
+/// its own encoding's place), for `erasure_record`.
+pub struct ErasureColumns {
+    pub id: Uuid,
+    pub tenant: String,
+    pub selector: String,
+    pub requested_by: String,
+    pub state: String,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+    pub receipt: Option<String>,
+    pub requested_at: DateTime<Utc>,
+    pub completed_at: Option<DateTime<Utc>>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// The erasure a row stores; a selector, state or receipt engram cannot
+/// read is a corrupt row.
+pub fn erasure_record(c: ErasureColumns) -> StoreResult<ErasureRecord> {
+    Ok(ErasureRecord {
+        id: c.id,
+        tenant: c.tenant,
+        subject: Subject::from_json(&c.selector).ok_or_else(|| corrupt("erasure selector", &c.selector))?,
+        requested_by: c.requested_by,
+        state: erasure::ErasureState::parse(&c.state).ok_or_else(|| corrupt("erasure state", &c.state))?,
+        attempts: c.attempts,
+        last_error: c.last_error,
+        receipt: match c.receipt {
+            Some(text) => serde_json::from_str(&text).map_err(|_| corrupt("erasure receipt", &text))?,
+            None => erasure::Receipt::default(),
+        },
+        requested_at: c.requested_at,
+        completed_at: c.completed_at,
+        updated_at: c.updated_at,
+    })
+}
+
+/// A receipt as stored: JSON text.
+pub fn receipt_json(r: &erasure::Receipt) -> StoreResult<String> {
+    serde_json::to_string(r).map_err(|e| super::StoreError::Internal(e.into()))
 }
 
 /// An erasure as accepted.

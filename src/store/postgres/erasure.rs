@@ -17,11 +17,11 @@ use super::rows::table;
 use super::write::PgTx;
 use super::{LOCK_ERASURE, PgStore, store_error};
 use crate::domain::erasure::{
-    AuditEntry, Counts, ErasureRecord, ErasureState, GENESIS_HASH, NewAuditEntry, Receipt, Subject, entry_hash,
+    AuditEntry, Counts, ErasureRecord, GENESIS_HASH, NewAuditEntry, Receipt, Subject, entry_hash,
 };
 use crate::domain::holds::Hold;
 use crate::domain::{Memory, Tier};
-use crate::store::erasure::{ErasureRow, ErasureTx, Linked};
+use crate::store::erasure::{ErasureColumns, ErasureRow, ErasureTx, Linked, erasure_record, receipt_json};
 use crate::store::write::WriteTx;
 use crate::store::{Embedding, StoreError, StoreResult, SweepLease, corrupt};
 
@@ -277,10 +277,6 @@ impl ErasureTx for PgTx {
     }
 }
 
-fn receipt_json(r: &Receipt) -> StoreResult<String> {
-    serde_json::to_string(r).map_err(|e| StoreError::Internal(e.into()))
-}
-
 type ErasureTuple = (
     Uuid,
     String,
@@ -312,18 +308,15 @@ fn erasure_of(t: ErasureTuple) -> StoreResult<ErasureRecord> {
         completed_at,
         updated_at,
     ) = t;
-    Ok(ErasureRecord {
+    erasure_record(ErasureColumns {
         id,
         tenant,
-        subject: Subject::from_json(&selector).ok_or_else(|| corrupt("erasure selector", &selector))?,
+        selector,
         requested_by,
-        state: ErasureState::parse(&state).ok_or_else(|| corrupt("erasure state", &state))?,
+        state,
         attempts,
         last_error,
-        receipt: match receipt {
-            Some(text) => serde_json::from_str(&text).map_err(|_| corrupt("erasure receipt", &text))?,
-            None => Receipt::default(),
-        },
+        receipt,
         requested_at,
         completed_at,
         updated_at,

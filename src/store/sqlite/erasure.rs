@@ -16,11 +16,11 @@ use super::holds;
 use super::write::{IndexOp, SqliteTx};
 use super::{SqliteStore, from_micros, micros, store_error};
 use crate::domain::erasure::{
-    AuditEntry, Counts, ErasureRecord, ErasureState, GENESIS_HASH, NewAuditEntry, Receipt, Subject, entry_hash,
+    AuditEntry, Counts, ErasureRecord, GENESIS_HASH, NewAuditEntry, Receipt, Subject, entry_hash,
 };
 use crate::domain::holds::Hold;
 use crate::domain::{Memory, Tier};
-use crate::store::erasure::{ErasureRow, ErasureTx, Linked};
+use crate::store::erasure::{ErasureColumns, ErasureRow, ErasureTx, Linked, erasure_record, receipt_json};
 use crate::store::write::WriteTx;
 use crate::store::{Embedding, StoreError, StoreResult, SweepLease, corrupt};
 
@@ -267,10 +267,6 @@ impl ErasureTx for SqliteTx {
     }
 }
 
-fn receipt_json(r: &Receipt) -> StoreResult<String> {
-    serde_json::to_string(r).map_err(|e| StoreError::Internal(e.into()))
-}
-
 type ErasureTuple = (Uuid, String, String, String, String, i32, Option<String>, Option<String>, i64, Option<i64>, i64);
 
 const ERASURE_COLUMNS: &str = "id, tenant_id, selector, requested_by, state, attempts, last_error, receipt, \
@@ -290,18 +286,15 @@ fn erasure_of(t: ErasureTuple) -> StoreResult<ErasureRecord> {
         completed_at,
         updated_at,
     ) = t;
-    Ok(ErasureRecord {
+    erasure_record(ErasureColumns {
         id,
         tenant,
-        subject: Subject::from_json(&selector).ok_or_else(|| corrupt("erasure selector", &selector))?,
+        selector,
         requested_by,
-        state: ErasureState::parse(&state).ok_or_else(|| corrupt("erasure state", &state))?,
+        state,
         attempts,
         last_error,
-        receipt: match receipt {
-            Some(text) => serde_json::from_str(&text).map_err(|_| corrupt("erasure receipt", &text))?,
-            None => Receipt::default(),
-        },
+        receipt,
         requested_at: from_micros(requested_at)?,
         completed_at: completed_at.map(from_micros).transpose()?,
         updated_at: from_micros(updated_at)?,
