@@ -261,13 +261,14 @@ impl SharingService {
     pub async fn share(&self, tenant: &str, actor: &str, req: ShareRequest) -> ShareResult<ShareOutcome> {
         let now = self.clock.now();
         let from = req.from_agent_id.as_str();
+        // Read once: they resolve a team target and decide the grants.
+        let teams = self.teams(tenant).await?;
         let targets: Vec<String> = match &req.targets {
             Targets::Agents(agents) => {
                 let mut seen = BTreeSet::new();
                 agents.iter().filter(|a| seen.insert(a.as_str())).cloned().collect()
             }
             Targets::Team(team) => {
-                let teams = self.teams(tenant).await?;
                 let members: Vec<String> =
                     teams.get(team).into_iter().flatten().filter(|a| a.as_str() != from).cloned().collect();
                 if members.is_empty() {
@@ -281,7 +282,6 @@ impl SharingService {
             }
         };
         let grants = self.grants(tenant).await?;
-        let teams = self.teams(tenant).await?;
         let mut granted: Vec<(String, Uuid)> = Vec::with_capacity(targets.len());
         let mut missing = Vec::new();
         for to in &targets {
