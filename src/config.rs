@@ -380,6 +380,13 @@ pub struct ApiKeyConfig {
     /// What the key may do; `read_write` when not given.
     #[serde(default)]
     pub scope: Scope,
+    /// The agents the key acts for; empty (the default) is every agent of
+    /// its tenant. A bound key reads, writes, searches and shares only as
+    /// these agents: a sharing grant between two agents then means that
+    /// the holder of one agent's key cannot read the other's memories. An
+    /// `admin` key acts for the whole tenant and cannot be bound.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agents: Vec<String>,
 }
 
 impl ApiKeyConfig {
@@ -387,7 +394,13 @@ impl ApiKeyConfig {
     /// the first 8 hex digits of that digest as its id.
     pub fn from_plain(tenant: &str, key: &str, scope: Scope) -> ApiKeyConfig {
         let key_sha256 = hex::encode(Sha256::digest(key.as_bytes()));
-        ApiKeyConfig { id: key_sha256[..8].to_string(), tenant: tenant.to_string(), key_sha256, scope }
+        ApiKeyConfig {
+            id: key_sha256[..8].to_string(),
+            tenant: tenant.to_string(),
+            key_sha256,
+            scope,
+            agents: Vec::new(),
+        }
     }
 }
 
@@ -398,6 +411,7 @@ impl std::fmt::Debug for ApiKeyConfig {
             .field("tenant", &self.tenant)
             .field("key_sha256", &REDACTED)
             .field("scope", &self.scope)
+            .field("agents", &self.agents)
             .finish()
     }
 }
@@ -886,6 +900,17 @@ impl Config {
             if let Some(j) = self.auth.keys[..i].iter().position(|k| k.id == key.id) {
                 return bad(&format!("auth.keys[{i}].id"), &format!("`{}` is also the id of auth.keys[{j}]", key.id));
             }
+            if !key.agents.is_empty() && key.scope == Scope::Admin {
+                return bad(
+                    &format!("auth.keys[{i}].agents"),
+                    "cannot be set on an admin key: it acts for the whole tenant (grants, erasure, holds)",
+                );
+            }
+            for (a, agent) in key.agents.iter().enumerate() {
+                if crate::domain::validate::identifier("", agent).is_err() {
+                    return bad(&format!("auth.keys[{i}].agents[{a}]"), "must be a 1-64 character identifier");
+                }
+            }
         }
         for (i, host) in self.auth.allowed_hosts.iter().enumerate() {
             if !is_host_name(host) {
@@ -1260,6 +1285,21 @@ mod tests {
             );
             Ok(())
         });
+    }
+
+    #[test]
+    fn a_key_may_be_bound_to_agents_unless_it_is_an_admin_key() {
+        let mut c = Config::default();
+        let bound = |scope: Scope, agents: &[&str]| ApiKeyConfig {
+            agents: agents.iter().map(|a| a.to_string()).collect(),
+            ..ApiKeyConfig::from_plain("acme", "k1", scope)
+        };
+        c.auth.keys = vec![bound(Scope::ReadWrite, &["planner", "coder"])];
+        assert!(c.validate().is_ok());
+        c.auth.keys = vec![bound(Scope::Admin, &["planner"])];
+        assert!(c.validate().unwrap_err().to_string().contains("auth.keys[0].agents"));
+        c.auth.keys = vec![bound(Scope::Read, &["planner", ""])];
+        assert!(c.validate().unwrap_err().to_string().contains("auth.keys[0].agents[1]"));
     }
 
     #[test]

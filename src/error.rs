@@ -57,6 +57,9 @@ pub enum ApiError {
     GrantNotFound,
     #[error("{0}")]
     ShareNotGranted(String),
+    /// The request names an agent its API key is not bound to.
+    #[error("this API key does not act for agent `{agent}`")]
+    AgentNotAllowed { field: String, agent: String },
     #[error("{0}")]
     LegalHold(String),
     #[error("{0}")]
@@ -108,6 +111,7 @@ impl ApiError {
             ApiError::HoldNotFound => (StatusCode::NOT_FOUND, "hold_not_found"),
             ApiError::GrantNotFound => (StatusCode::NOT_FOUND, "grant_not_found"),
             ApiError::ShareNotGranted(_) => (StatusCode::FORBIDDEN, "share_not_granted"),
+            ApiError::AgentNotAllowed { .. } => (StatusCode::FORBIDDEN, "agent_not_allowed"),
             ApiError::LegalHold(_) => (StatusCode::CONFLICT, "legal_hold"),
             ApiError::ErasureInProgress(_) => (StatusCode::CONFLICT, "erasure_in_progress"),
             ApiError::RouteNotFound => (StatusCode::NOT_FOUND, "route_not_found"),
@@ -203,6 +207,7 @@ impl IntoResponse for ApiError {
         };
         let field = match &self {
             ApiError::InvalidField(fe) => Some(fe.field.clone()),
+            ApiError::AgentNotAllowed { field, .. } => Some(field.clone()),
             _ => None,
         };
         let request_id = REQUEST_ID.try_with(Clone::clone).unwrap_or_default();

@@ -5,6 +5,7 @@
 //! (401), a key whose scope does not allow the operation (403).
 
 use std::cell::RefCell;
+use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
@@ -296,12 +297,44 @@ pub struct AdminActor {
 /// The actor the audit log names for requests of a server without keys.
 pub const KEYLESS_ACTOR: &str = "keyless";
 
+/// The agents a request's API key acts for: every agent of the tenant for
+/// a key that is not bound to agents, and without keys.
+#[derive(Debug, Clone, Default)]
+pub struct Agents(Option<Arc<[String]>>);
+
+impl Agents {
+    /// Every agent (an unbound key).
+    pub fn all() -> Agents {
+        Agents(None)
+    }
+
+    pub fn allows(&self, agent: &str) -> bool {
+        self.0.as_ref().is_none_or(|agents| agents.iter().any(|a| a == agent))
+    }
+
+    /// 403 `agent_not_allowed`, naming `field`, when the key does not act
+    /// for `agent`.
+    pub fn check(&self, field: &str, agent: &str) -> Result<(), ApiError> {
+        if self.allows(agent) {
+            Ok(())
+        } else {
+            Err(ApiError::AgentNotAllowed { field: field.to_string(), agent: agent.to_string() })
+        }
+    }
+
+    /// The agents of a bound key; `None` for every agent.
+    pub fn bound(&self) -> Option<&[String]> {
+        self.0.as_deref()
+    }
+}
+
 /// One configured key: its hash, and what it stands for.
 struct Key {
     sha256: [u8; 32],
     id: String,
     tenant: String,
     scope: Scope,
+    agents: Agents,
 }
 
 /// API keys, by SHA-256, and the tenant of an open server.
@@ -321,7 +354,8 @@ impl Auth {
             .iter()
             .filter_map(|k| {
                 let sha256: [u8; 32] = hex::decode(&k.key_sha256).ok()?.try_into().ok()?;
-                Some(Key { sha256, id: k.id.clone(), tenant: k.tenant.clone(), scope: k.scope })
+                let agents = Agents((!k.agents.is_empty()).then(|| k.agents.clone().into()));
+                Some(Key { sha256, id: k.id.clone(), tenant: k.tenant.clone(), scope: k.scope, agents })
             })
             .collect();
         let allowed_hosts = config.allowed_hosts.iter().map(|h| h.to_ascii_lowercase()).collect();
@@ -362,8 +396,17 @@ impl Auth {
 
     /// `authorize`, with the key's id (`keyless` without keys).
     pub fn authorize_key(&self, headers: &axum::http::HeaderMap, needs: Scope) -> Result<(String, String), ApiError> {
+        self.authorize_agents(headers, needs).map(|(tenant, id, _)| (tenant, id))
+    }
+
+    /// `authorize_key`, with the agents the key acts for.
+    pub fn authorize_agents(
+        &self,
+        headers: &axum::http::HeaderMap,
+        needs: Scope,
+    ) -> Result<(String, String, Agents), ApiError> {
         if self.is_open() {
-            return Ok((self.open_tenant.clone(), KEYLESS_ACTOR.to_string()));
+            return Ok((self.open_tenant.clone(), KEYLESS_ACTOR.to_string(), Agents::all()));
         }
         let token = headers
             .get(axum::http::header::AUTHORIZATION)
@@ -375,7 +418,7 @@ impl Auth {
         if key.scope < needs {
             return Err(ApiError::InsufficientScope { has: key.scope, needs });
         }
-        Ok((key.tenant.clone(), key.id.clone()))
+        Ok((key.tenant.clone(), key.id.clone(), key.agents.clone()))
     }
 }
 
@@ -414,6 +457,14 @@ impl FromRequestParts<AppState> for KeyId {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         state.auth.authorize_key(&parts.headers, Scope::Read).map(|(_, id)| KeyId(id))
+    }
+}
+
+impl FromRequestParts<AppState> for Agents {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        state.auth.authorize_agents(&parts.headers, Scope::Read).map(|(_, _, agents)| agents)
     }
 }
 

@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::dto::{
     BatchRequest, CreateMemoriesBody, CreateMemoryRequest, HistoryResponse, ListResponse, UpdateMemoryRequest,
 };
-use super::extract::{ReadTenant, Tenant, ValidJson, from_value};
+use super::extract::{Agents, ReadTenant, Tenant, ValidJson, from_value};
 use super::response::{MemoryResponse, WriteResponse, write_body};
 use crate::app::AppState;
 use crate::domain::Tier;
@@ -57,7 +57,7 @@ fn idempotency_key(headers: &HeaderMap, body_sha256: &str) -> Result<Option<Idem
         (status = 200, description = "A replay of an earlier request with this Idempotency-Key answered 200", body = WriteResponse),
         (status = 201, description = "Written, in request order", body = WriteResponse),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
-        (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read_write`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
+        (status = 403, description = "The key is bound to other agents than an agent_id written (agent_not_allowed), or its scope is too small (insufficient_scope; needs `read_write`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 409, description = "Idempotency key reused with another body, or still in progress", body = ErrorBody),
         (status = 413, description = "Body over the limit", body = ErrorBody),
         (status = 415, description = "The body is not sent as `Content-Type: application/json`", body = ErrorBody),
@@ -68,6 +68,7 @@ fn idempotency_key(headers: &HeaderMap, body_sha256: &str) -> Result<Option<Idem
 pub async fn create_memories(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
+    agents: Agents,
     headers: HeaderMap,
     body: ValidJson<serde_json::Value>,
 ) -> Result<Response, ApiError> {
@@ -87,6 +88,9 @@ pub async fn create_memories(
         vec![req.into_draft("", now)?]
     };
     let pointer = move |i: usize| if batch { format!("/memories/{i}") } else { String::new() };
+    for (i, draft) in drafts.iter().enumerate() {
+        agents.check(&format!("{}/agent_id", pointer(i)), &draft.agent_id)?;
+    }
     match state.service.write(&tenant, drafts, &pointer, key).await? {
         Written::Fresh(memories) => Ok((StatusCode::CREATED, Json(write_body(&memories))).into_response()),
         Written::Replayed { status, body } => {
@@ -105,7 +109,7 @@ pub async fn create_memories(
     responses(
         (status = 200, body = MemoryResponse),
         (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
-        (status = 404, description = "No such memory for this tenant (or expired)", body = ErrorBody),
+        (status = 404, description = "No such memory for this tenant (or expired, or another agent's for a key bound to agents)", body = ErrorBody),
         (status = 422, description = "The id is not a UUID", body = ErrorBody),
     ),
     security(("bearer" = ["read"]))
@@ -113,10 +117,25 @@ pub async fn create_memories(
 pub async fn get_memory(
     State(state): State<AppState>,
     ReadTenant(tenant): ReadTenant,
+    agents: Agents,
     Path(id): Path<String>,
 ) -> Result<Json<MemoryResponse>, ApiError> {
     let id = parse_id(&id)?;
-    Ok(Json(state.service.get(&tenant, id).await?.into()))
+    let memory = state.service.get(&tenant, id).await?;
+    if !agents.allows(&memory.agent_id) {
+        return Err(ApiError::MemoryNotFound);
+    }
+    Ok(Json(memory.into()))
+}
+
+/// For a key bound to agents: 404, as for a memory that does not exist,
+/// unless the memory is one of its agents' (a bound key learns nothing of
+/// other agents' memories, not even that they exist).
+async fn require_own(state: &AppState, tenant: &str, agents: &Agents, id: Uuid) -> Result<(), ApiError> {
+    if agents.bound().is_some() && !agents.allows(&state.service.get(tenant, id).await?.agent_id) {
+        return Err(ApiError::MemoryNotFound);
+    }
+    Ok(())
 }
 
 /// Change content (re-embedded), importance, metadata (merge patch) or retention.
@@ -128,7 +147,7 @@ pub async fn get_memory(
         (status = 200, body = MemoryResponse),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read_write`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
-        (status = 404, description = "No such memory for this tenant (or expired)", body = ErrorBody),
+        (status = 404, description = "No such memory for this tenant (or expired, or another agent's for a key bound to agents)", body = ErrorBody),
         (status = 409, description = "The new content duplicates another valid fact", body = ErrorBody),
         (status = 413, description = "Body over the limit", body = ErrorBody),
         (status = 415, description = "The body is not sent as `Content-Type: application/json`", body = ErrorBody),
@@ -139,11 +158,13 @@ pub async fn get_memory(
 pub async fn update_memory(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
+    agents: Agents,
     Path(id): Path<String>,
     body: ValidJson<serde_json::Value>,
 ) -> Result<Json<MemoryResponse>, ApiError> {
     let id = parse_id(&id)?;
     let patch = from_value::<UpdateMemoryRequest>(body.value)?.into_patch()?;
+    require_own(&state, &tenant, &agents, id).await?;
     Ok(Json(state.service.update(&tenant, id, patch).await?.into()))
 }
 
@@ -154,7 +175,7 @@ pub async fn update_memory(
     responses(
         (status = 204, description = "Deleted"),
         (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read_write`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
-        (status = 404, description = "No such memory for this tenant", body = ErrorBody),
+        (status = 404, description = "No such memory for this tenant (or another agent's for a key bound to agents)", body = ErrorBody),
         (status = 422, description = "The id is not a UUID", body = ErrorBody),
     ),
     security(("bearer" = ["read_write"]))
@@ -162,9 +183,11 @@ pub async fn update_memory(
 pub async fn delete_memory(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
+    agents: Agents,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let id = parse_id(&id)?;
+    require_own(&state, &tenant, &agents, id).await?;
     state.service.delete(&tenant, id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -176,7 +199,7 @@ pub async fn delete_memory(
     responses(
         (status = 200, body = HistoryResponse),
         (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
-        (status = 404, description = "No such memory for this tenant", body = ErrorBody),
+        (status = 404, description = "No such memory for this tenant (or another agent's for a key bound to agents)", body = ErrorBody),
         (status = 422, description = "The id is not a UUID", body = ErrorBody),
     ),
     security(("bearer" = ["read"]))
@@ -184,10 +207,15 @@ pub async fn delete_memory(
 pub async fn memory_history(
     State(state): State<AppState>,
     ReadTenant(tenant): ReadTenant,
+    agents: Agents,
     Path(id): Path<String>,
 ) -> Result<Json<HistoryResponse>, ApiError> {
     let id = parse_id(&id)?;
     let memories = state.service.history(&tenant, id).await?;
+    // A chain is one agent's: the facts that replace each other share it.
+    if memories.iter().any(|m| !agents.allows(&m.agent_id)) {
+        return Err(ApiError::MemoryNotFound);
+    }
     Ok(Json(HistoryResponse { memories: memories.into_iter().map(MemoryResponse::from).collect() }))
 }
 
@@ -199,7 +227,9 @@ pub async fn memory_history(
 /// newer one). Working memory is listed when `agent_id` and `session_id` are
 /// given; when it cannot be read (Redis down) the page holds the persistent
 /// tiers only and `warnings` says so (`tier=working` alone is 503 instead).
-/// `limit` 1-200 (default 50); pass `next_cursor` back as `cursor`.
+/// `limit` 1-200 (default 50); pass `next_cursor` back as `cursor`. A key
+/// bound to one agent lists that agent's memories when `agent_id` is not
+/// given; a key bound to several must name one.
 #[utoipa::path(
     get, path = "/v1/memories", tag = "memories",
     params(
@@ -215,17 +245,26 @@ pub async fn memory_history(
     responses(
         (status = 200, body = ListResponse),
         (status = 400, description = "Bad cursor", body = ErrorBody),
-        (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
-        (status = 422, description = "Bad parameter", body = ErrorBody),
+        (status = 403, description = "The key is bound to other agents than agent_id (agent_not_allowed), or its scope is too small (insufficient_scope; needs `read`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
+        (status = 422, description = "Bad parameter, or no agent_id with a key bound to several agents", body = ErrorBody),
     ),
     security(("bearer" = ["read"]))
 )]
 pub async fn list_memories(
     State(state): State<AppState>,
     ReadTenant(tenant): ReadTenant,
+    agents: Agents,
     RawQuery(query): RawQuery,
 ) -> Result<Json<ListResponse>, ApiError> {
-    let filter = parse_list_query(query.as_deref().unwrap_or(""))?;
+    let mut filter = parse_list_query(query.as_deref().unwrap_or(""))?;
+    match (&filter.agent_id, agents.bound()) {
+        (Some(agent), _) => agents.check("agent_id", agent)?,
+        (None, Some([only])) => filter.agent_id = Some(only.clone()),
+        (None, Some(_)) => {
+            return Err(ApiError::field("agent_id", "is required: this API key acts for several agents; name one"));
+        }
+        (None, None) => {}
+    }
     let listing = state.service.list(&tenant, &filter).await?;
     let mut memories = listing.memories;
     let next_cursor = if memories.len() > filter.limit {

@@ -58,7 +58,7 @@ const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
             Errors: `{\"error\": {\"code\", \"message\", \"field\"?, \"request_id\"}}` with stable codes: \
             invalid_json (400), invalid_cursor (400), unauthorized (401), insufficient_scope (403, the API key's \
             scope does not allow the operation), share_not_granted (403, no grant lets the sender share with the \
-            agents named), host_not_allowed and origin_not_allowed \
+            agents named), agent_not_allowed (403, the API key is bound to other agents than the one named), host_not_allowed and origin_not_allowed \
             (403, only without API keys: the Host and Origin headers must name localhost, 127.0.0.1, [::1] or a \
             configured host), memory_not_found (404), erasure_not_found (404), hold_not_found (404), grant_not_found (404), \
             route_not_found (404), method_not_allowed (405), idempotency_key_reused (409), conflict (409), \

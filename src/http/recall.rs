@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use super::extract::{ReadTenant, ValidJson, from_value};
+use super::extract::{Agents, ReadTenant, ValidJson, from_value};
 use super::response::ScoredMemoryResponse;
 use crate::app::AppState;
 use crate::domain::Tier;
@@ -201,7 +201,7 @@ fn search_params(
     responses(
         (status = 200, body = SearchResponse),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
-        (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
+        (status = 403, description = "The key is bound to other agents than agent_id (agent_not_allowed), or its scope is too small (insufficient_scope; needs `read`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 413, description = "Body over the limit", body = ErrorBody),
         (status = 415, description = "The body is not sent as `Content-Type: application/json`", body = ErrorBody),
         (status = 422, description = "A field is missing, mistyped, repeated or out of range", body = ErrorBody),
@@ -211,6 +211,7 @@ fn search_params(
 pub async fn search_memories(
     State(state): State<AppState>,
     ReadTenant(tenant): ReadTenant,
+    agents: Agents,
     body: ValidJson<Value>,
 ) -> Result<Json<SearchResponse>, ApiError> {
     let r: SearchRequest = from_value(body.value)?;
@@ -230,6 +231,7 @@ pub async fn search_memories(
         r.filter,
         r.min_relevance,
     )?;
+    agents.check("/agent_id", &params.agent_id)?;
     let params = SearchParams { include_candidates: r.include_candidates.unwrap_or(false), ..params };
     let outcome = state.service.search(&tenant, &params).await?;
     let results = outcome.results.into_iter().map(ScoredMemoryResponse::from).collect();
@@ -251,7 +253,7 @@ pub async fn search_memories(
     responses(
         (status = 200, body = ContextResponse),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
-        (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
+        (status = 403, description = "The key is bound to other agents than agent_id (agent_not_allowed), or its scope is too small (insufficient_scope; needs `read`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 413, description = "Body over the limit", body = ErrorBody),
         (status = 415, description = "The body is not sent as `Content-Type: application/json`", body = ErrorBody),
         (status = 422, description = "A field is missing, mistyped, repeated or out of range, or the budget is negative", body = ErrorBody),
@@ -261,6 +263,7 @@ pub async fn search_memories(
 pub async fn build_context(
     State(state): State<AppState>,
     ReadTenant(tenant): ReadTenant,
+    agents: Agents,
     body: ValidJson<Value>,
 ) -> Result<Json<ContextResponse>, ApiError> {
     let r: ContextRequest = from_value(body.value)?;
@@ -290,6 +293,7 @@ pub async fn build_context(
         r.filter,
         r.min_relevance,
     )?;
+    agents.check("/agent_id", &search.agent_id)?;
     let params = ContextParams {
         search,
         max_context_tokens: r.max_context_tokens,

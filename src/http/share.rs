@@ -14,7 +14,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::erasure::ErasureResponse;
-use super::extract::{AdminActor, ReadTenant, Tenant, ValidJson, from_value};
+use super::extract::{AdminActor, Agents, ReadTenant, Tenant, ValidJson, from_value};
 use super::response::{MemoryResponse, WrittenMemoryResponse};
 use crate::app::AppState;
 use crate::domain::share::{Grant, GrantTarget, Refusal};
@@ -129,6 +129,7 @@ pub struct RevokeResponse {
 }
 
 const SCOPE_403_READ: &str = "The key's scope is too small (insufficient_scope; needs `read`), or, without API keys, Host or Origin names a host not allowed";
+const SCOPE_403_READ_AGENT: &str = "The key is bound to other agents (agent_not_allowed), or its scope is too small (insufficient_scope; needs `read`), or, without API keys, Host or Origin names a host not allowed";
 const SCOPE_403_ADMIN: &str = "The key's scope is too small (insufficient_scope; needs `admin`), or, without API keys, Host or Origin names a host not allowed";
 
 /// Let an agent share with other agents or a team.
@@ -379,7 +380,7 @@ pub struct ShareResponse {
     responses(
         (status = 200, body = ShareResponse),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
-        (status = 403, description = "No grant for some target (share_not_granted), or the key's scope is too small (insufficient_scope; needs `read_write`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
+        (status = 403, description = "No grant for some target (share_not_granted), the key is bound to agents other than from_agent_id (agent_not_allowed), or the key's scope is too small (insufficient_scope; needs `read_write`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 415, description = "The body is not `application/json`", body = ErrorBody),
         (status = 422, description = "Invalid field", body = ErrorBody),
@@ -391,10 +392,14 @@ pub async fn share(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     actor: super::extract::KeyId,
+    agents: Agents,
     body: ValidJson<serde_json::Value>,
 ) -> Result<Json<ShareResponse>, ApiError> {
     let b = from_value::<ShareBody>(body.value)?;
     validate::identifier("/from_agent_id", &b.from_agent_id)?;
+    // A bound key shares only its own agents' memories; the targets are
+    // the grant's business, not the key's.
+    agents.check("/from_agent_id", &b.from_agent_id)?;
     let targets = target_of(b.to_agent_ids, b.team)?;
     if let Targets::Agents(agents) = &targets
         && agents.contains(&b.from_agent_id)
@@ -460,7 +465,7 @@ pub struct SharedListResponse {
     ),
     responses(
         (status = 200, body = SharedListResponse),
-        (status = 403, description = SCOPE_403_READ, body = ErrorBody),
+        (status = 403, description = SCOPE_403_READ_AGENT, body = ErrorBody),
         (status = 422, description = "Bad parameter", body = ErrorBody),
     ),
     security(("bearer" = ["read"]))
@@ -468,6 +473,7 @@ pub struct SharedListResponse {
 pub async fn list_shared(
     State(state): State<AppState>,
     ReadTenant(tenant): ReadTenant,
+    agents: Agents,
     RawQuery(query): RawQuery,
 ) -> Result<Json<SharedListResponse>, ApiError> {
     let pairs = super::extract::query_pairs(query.as_deref())?;
@@ -496,6 +502,7 @@ pub async fn list_shared(
         }
     }
     let agent = agent.ok_or_else(|| ApiError::field("agent_id", "is required"))?;
+    agents.check("agent_id", &agent)?;
     let which = if outgoing { Copies::From(&agent) } else { Copies::Into(&agent) };
     let copies = state.sharing.copies(&tenant, which, limit).await?;
     Ok(Json(SharedListResponse { memories: copies.into_iter().map(MemoryResponse::from).collect() }))

@@ -299,3 +299,90 @@ async fn sharing_stays_inside_the_tenant_and_bad_requests_name_the_field() {
     let r = admin.delete("/v1/share/grants/not-a-uuid").await;
     expect_error(r, StatusCode::UNPROCESSABLE_ENTITY, "invalid_field").await;
 }
+
+#[tokio::test]
+async fn a_key_bound_to_an_agent_acts_only_for_it_so_a_grant_is_the_only_way_across() {
+    let t = format!("s-{}", Uuid::new_v4().simple());
+    let bound = |key: &str, agents: &[&str]| ApiKeyConfig {
+        agents: agents.iter().map(|a| a.to_string()).collect(),
+        ..ApiKeyConfig::from_plain(&t, key, Scope::ReadWrite)
+    };
+    let server = spawn_isolated(|c| {
+        c.auth.keys = vec![
+            bound("key-a", &["a"]),
+            bound("key-b", &["b"]),
+            bound("key-ab", &["a", "b"]),
+            ApiKeyConfig::from_plain(&t, "admin", Scope::Admin),
+        ];
+    })
+    .await;
+    let [ka, kb, kab, admin] = ["key-a", "key-b", "key-ab", "admin"].map(|k| server.as_key(k));
+    let mine =
+        ka.write_one(json!({"agent_id": "a", "tier": "episodic", "content": "Agent a keeps the vault code"})).await;
+    let theirs =
+        kb.write_one(json!({"agent_id": "b", "tier": "episodic", "content": "Agent b plans the launch"})).await;
+    let theirs_path = format!("/v1/memories/{}", id(&theirs));
+
+    // Naming another agent is 403 naming the field; another agent's memory
+    // by id is 404, as if it did not exist.
+    let refused = |r| expect_error(r, StatusCode::FORBIDDEN, "agent_not_allowed");
+    let e = refused(
+        ka.post(
+            "/v1/memories",
+            &json!({"memories": [
+        {"agent_id": "a", "tier": "episodic", "content": "fine"},
+        {"agent_id": "b", "tier": "episodic", "content": "not mine to write"}]}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(e["error"]["field"], "/memories/1/agent_id", "{e}");
+    let e = refused(ka.post("/v1/memories/search", &json!({"agent_id": "b", "query": "launch"})).await).await;
+    assert_eq!(e["error"]["field"], "/agent_id", "{e}");
+    refused(ka.post("/v1/context", &json!({"agent_id": "b", "query": "launch", "max_context_tokens": 500})).await)
+        .await;
+    refused(ka.get("/v1/memories?agent_id=b").await).await;
+    refused(ka.get("/v1/share?agent_id=b").await).await;
+    for r in [
+        ka.get(&theirs_path).await,
+        ka.get(&format!("{theirs_path}/history")).await,
+        ka.patch(&theirs_path, &json!({"importance": 0.9})).await,
+        ka.delete(&theirs_path).await,
+    ] {
+        expect_error(r, StatusCode::NOT_FOUND, "memory_not_found").await;
+    }
+    let (_, still) = kb.get_json(&theirs_path).await;
+    assert_eq!(still["importance"], theirs["importance"], "{still}");
+    // Nothing of the refused batch was written.
+    let (_, listed) = ka.get_json("/v1/memories").await;
+    assert_eq!(listed["memories"].as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed["memories"][0]["id"], mine["id"], "a key bound to one agent lists that agent: {listed}");
+    // A key for several agents must say which it lists.
+    let e = expect_error(kab.get("/v1/memories").await, StatusCode::UNPROCESSABLE_ENTITY, "invalid_field").await;
+    assert_eq!(e["error"]["field"], "agent_id", "{e}");
+    let (status, _) = kab.get_json("/v1/memories?agent_id=b").await;
+    assert_eq!(status, StatusCode::OK);
+
+    // Sharing: only as the key's own agent, and only along a grant.
+    let body = json!({"from_agent_id": "a", "to_agent_ids": ["b"], "memory_ids": [id(&mine)]});
+    expect_error(ka.post("/v1/share", &body).await, StatusCode::FORBIDDEN, "share_not_granted").await;
+    let e = refused(
+        kb.post(
+            "/v1/share",
+            &json!({"from_agent_id": "a", "to_agent_ids": ["b"],
+                                                "memory_ids": [id(&mine)]}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(e["error"]["field"], "/from_agent_id", "{e}");
+    grant(&admin, json!({"from_agent_id": "a", "to_agent_ids": ["b"]})).await;
+    let out = share(&ka, body).await;
+    let copy = &out["shared"][0]["memory"];
+    assert_eq!(copy["agent_id"], "b", "{out}");
+    // b's key reads the copy, never a's original; a's key not the copy.
+    let (status, _) = kb.get_json(&format!("/v1/memories/{}", id(copy))).await;
+    assert_eq!(status, StatusCode::OK);
+    expect_error(kb.get(&format!("/v1/memories/{}", id(&mine))).await, StatusCode::NOT_FOUND, "memory_not_found").await;
+    expect_error(ka.get(&format!("/v1/memories/{}", id(copy))).await, StatusCode::NOT_FOUND, "memory_not_found").await;
+}
