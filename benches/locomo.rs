@@ -74,6 +74,13 @@ struct Args {
     /// Write one JSON line per question (evidence, ranked dia_ids, scores) here.
     #[arg(long, value_name = "PATH")]
     dump: Option<PathBuf>,
+    /// After writing, consolidate each conversation's agent (`POST
+    /// /v1/consolidation`; run the server with
+    /// `ENGRAM_CONSOLIDATION__MIN_AGE_SECS=0`) and report its throughput.
+    /// Summaries and facts found by a search count as misses: they are not
+    /// evidence turns, so this measures what they cost recall.
+    #[arg(long)]
+    consolidate: bool,
     /// `cargo bench` passes this to every bench binary; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -285,6 +292,41 @@ impl Api {
             }
         }
         Ok(())
+    }
+
+    async fn get(&self, path: &str) -> anyhow::Result<Value> {
+        let r = self.client.get(format!("{}{path}", self.base)).send().await?;
+        let status = r.status();
+        let body: Value = r.json().await.with_context(|| format!("GET {path}: the answer is not JSON"))?;
+        if !status.is_success() {
+            bail!("GET {path} answered {status}: {body}");
+        }
+        Ok(body)
+    }
+
+    /// Consolidates every conversation's agent, one after another, and
+    /// returns (episodes, summaries, facts, seconds).
+    async fn consolidate(&self, loaded: &Loaded) -> anyhow::Result<(u64, u64, u64, f64)> {
+        let started = Instant::now();
+        let (mut episodes, mut summaries, mut facts) = (0, 0, 0);
+        for c in &loaded.conversations {
+            let (job, _) = self.post("/v1/consolidation", &json!({"agent_id": c.agent_id})).await?;
+            let path = format!("/v1/consolidation/{}", job["id"].as_str().context("no job id")?);
+            let report = loop {
+                let job = self.get(&path).await?;
+                match job["state"].as_str() {
+                    Some("completed") => break job["report"].clone(),
+                    Some("failed") => bail!("consolidating {} failed: {job}", c.sample_id),
+                    _ => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            };
+            let n = |k: &str| report[k].as_u64().unwrap_or(0);
+            episodes += n("episodes");
+            summaries += n("summaries");
+            facts += n("facts") + n("facts_candidates");
+            eprintln!("  consolidated {}: {report}", c.sample_id);
+        }
+        Ok((episodes, summaries, facts, started.elapsed().as_secs_f64()))
     }
 
     /// The ranked results of one search: dia_id (None when a result has none) and the raw result.
@@ -665,6 +707,14 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("writing {turns} turns in batches of {BATCH}");
     api.write(&loaded).await?;
 
+    let consolidated = match args.consolidate {
+        true => {
+            eprintln!("consolidating {} agents", loaded.conversations.len());
+            Some(api.consolidate(&loaded).await?)
+        }
+        false => None,
+    };
+
     eprintln!("searching {} questions (top_k {TOP_K}, server defaults)", loaded.questions.len());
     let started = Instant::now();
     let mut searched = Vec::with_capacity(loaded.questions.len());
@@ -672,7 +722,7 @@ async fn main() -> anyhow::Result<()> {
         let c = &loaded.conversations[q.conversation];
         let s =
             api.search(c, &q.text, None).await.with_context(|| format!("{}: searching {:?}", c.sample_id, q.text))?;
-        if s.ranked.iter().any(Option::is_none) {
+        if !args.consolidate && s.ranked.iter().any(Option::is_none) {
             bail!("{}: a search result has no metadata.dia_id", c.sample_id);
         }
         searched.push(s);
@@ -692,6 +742,14 @@ async fn main() -> anyhow::Result<()> {
     println!();
     print!("{}", recall_table(&loaded, &ranked));
     println!();
+    if let Some((episodes, summaries, facts, secs)) = consolidated {
+        println!(
+            "Consolidation: {episodes} episodes into {summaries} summaries and {facts} facts in {secs:.1} s \
+             ({:.0} episodes/s, one agent at a time)",
+            episodes as f64 / secs.max(1e-9)
+        );
+        println!();
+    }
     println!("Search latency (client, concurrency 1) and the mean of the server's timings, ms");
     println!();
     print!("{}", latency_table(&loaded, &searched));

@@ -100,7 +100,8 @@ status=0
   --max-time "${ENGRAM_SCHEMATHESIS_MAX_TIME:-90}" --max-examples 50 --workers 2 \
   --generation-database none --no-color --report-dir "$work/report" "$@") || status=$?
 if ((status != 0)); then
-  log "schemathesis found problems on the $backend backend; the server's log follows"
-  tail -n 50 "$work/server.log" >&2
+  # Each error with its causes, not the tail: one error's backtrace fills any tail.
+  log "schemathesis found problems on the $backend backend; the server's errors follow"
+  grep -v -E '^ *([0-9]+: |at )' "$work/server.log" | grep -A8 'ERROR' | head -n 120 >&2 || true
 fi
 exit "$status"

@@ -37,6 +37,7 @@ pub struct AppState {
     pub retention: Arc<jobs::retention::RetentionSweep>,
     /// Erasure requests and receipts, and the audit log (the worker runs it too).
     pub eraser: Arc<jobs::erasure::Eraser>,
+    pub consolidator: Arc<jobs::consolidation::Consolidator>,
     /// Grants, teams and shares between agents.
     pub sharing: Arc<crate::sharing::SharingService>,
     /// The OpenAPI document, rendered once.
@@ -142,9 +143,18 @@ pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::
         eraser.clone(),
         service.clock.clone(),
     )?;
+    let consolidator = jobs::consolidation::Consolidator {
+        service: service.clone(),
+        llm: crate::llm::from_config(&config.llm)?,
+        store: storage.consolidation.clone(),
+        clock: service.clock.clone(),
+        config: config.consolidation.clone(),
+        wake: tokio::sync::Notify::new(),
+    };
     let state = AppState {
         retention: Arc::new(retention),
         eraser,
+        consolidator: Arc::new(consolidator),
         service,
         sharing: Arc::new(sharing),
         auth: Arc::new(auth),

@@ -39,6 +39,10 @@ pub struct Config {
     /// The erasure worker.
     pub erasure: ErasureConfig,
     pub sharing: SharingConfig,
+    /// Background consolidation of episodes into summaries and facts.
+    pub consolidation: ConsolidationConfig,
+    /// A chat model for consolidation; none by default.
+    pub llm: LlmConfig,
     /// Per-agent settings: `[agents.<agent_id>]`.
     pub agents: std::collections::BTreeMap<String, AgentConfig>,
     pub log: LogConfig,
@@ -183,6 +187,100 @@ impl Default for SharingConfig {
             grants: Vec::new(),
             teams: Vec::new(),
         }
+    }
+}
+
+/// `[consolidation]`: turning an agent's older episodes into summaries and
+/// facts (`consolidation`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConsolidationConfig {
+    /// Seconds between scheduled passes over every agent with a backlog;
+    /// 0 turns the schedule off (`POST /v1/consolidation` still runs).
+    pub interval_secs: u64,
+    /// Episodes are consolidated once they were ingested this long ago
+    /// (never counted from `occurred_at`, which a client may set anywhere).
+    pub min_age_secs: u64,
+    /// Most episodes one summary covers (a group of one user's session).
+    pub group_size: usize,
+    /// Most sentences in a summary.
+    pub summary_sentences: usize,
+    /// Most episodes one run of one agent takes; the rest wait for the next.
+    pub max_episodes_per_run: usize,
+    /// Episodes waiting past which the backlog is logged as a warning
+    /// (`engram_consolidation_backlog_episodes` has the figure).
+    pub backlog_alert_episodes: u64,
+    /// What happens to the episodes a summary covers: `keep` (the default).
+    pub sources: String,
+}
+
+impl Default for ConsolidationConfig {
+    fn default() -> Self {
+        Self {
+            interval_secs: 0,
+            min_age_secs: 3600,
+            group_size: 20,
+            summary_sentences: 5,
+            max_episodes_per_run: 500,
+            backlog_alert_episodes: 10_000,
+            sources: "keep".into(),
+        }
+    }
+}
+
+/// `[llm]`: an OpenAI-compatible chat model (`llm`).
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LlmConfig {
+    /// `none` (the default: consolidation is rule-based) or `openai` (any
+    /// OpenAI-compatible `/v1/chat/completions`).
+    pub provider: String,
+    /// Base URL up to and including `/v1`.
+    pub base_url: String,
+    pub model: String,
+    /// Sent as a bearer token when not empty.
+    pub api_key: String,
+    pub timeout_ms: u64,
+    /// Retries after a 429, a 5xx, a transport error or an unusable answer,
+    /// with exponential backoff.
+    pub max_retries: u32,
+    /// Most requests in flight at once (this process).
+    pub concurrency: usize,
+    /// Most tokens of one answer.
+    pub max_output_tokens: u32,
+    /// Tokens a tenant may spend per UTC day (prompt and answer, as the
+    /// server reports them), counted per process; 0 is no limit.
+    pub daily_token_budget: u64,
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        Self {
+            provider: "none".into(),
+            base_url: "http://127.0.0.1:8081/v1".into(),
+            model: "default".into(),
+            api_key: String::new(),
+            timeout_ms: 60_000,
+            max_retries: 3,
+            concurrency: 2,
+            max_output_tokens: 1024,
+            daily_token_budget: 0,
+        }
+    }
+}
+
+impl std::fmt::Debug for LlmConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlmConfig")
+            .field("provider", &self.provider)
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &REDACTED)
+            .field("timeout_ms", &self.timeout_ms)
+            .field("max_retries", &self.max_retries)
+            .field("concurrency", &self.concurrency)
+            .field("daily_token_budget", &self.daily_token_budget)
+            .finish_non_exhaustive()
     }
 }
 
@@ -741,6 +839,8 @@ const SECTIONS: &[&str] = &[
     "retention",
     "erasure",
     "sharing",
+    "consolidation",
+    "llm",
     "agents",
     "log",
 ];
@@ -878,6 +978,37 @@ impl Config {
         }
         if self.redis.working_max_entries == 0 {
             return bad("redis.working_max_entries", "must be greater than 0");
+        }
+        let c = &self.consolidation;
+        if c.interval_secs > 31_536_000 {
+            return bad("consolidation.interval_secs", "must be at most 31536000 (a year; 0 turns it off)");
+        }
+        if c.min_age_secs > 31_536_000 {
+            return bad("consolidation.min_age_secs", "must be at most 31536000 (a year)");
+        }
+        if !(1..=200).contains(&c.group_size) {
+            return bad("consolidation.group_size", "must be from 1 to 200");
+        }
+        if !(1..=50).contains(&c.summary_sentences) {
+            return bad("consolidation.summary_sentences", "must be from 1 to 50");
+        }
+        if !(1..=100_000).contains(&c.max_episodes_per_run) {
+            return bad("consolidation.max_episodes_per_run", "must be from 1 to 100000");
+        }
+        if !["none", "openai"].contains(&self.llm.provider.as_str()) {
+            return bad("llm.provider", "must be none or openai");
+        }
+        if self.llm.provider == "openai" && !self.llm.base_url.starts_with("http") {
+            return bad("llm.base_url", "must be an http(s) URL up to and including /v1");
+        }
+        if self.llm.concurrency == 0 || self.llm.concurrency > 64 {
+            return bad("llm.concurrency", "must be from 1 to 64");
+        }
+        if self.llm.timeout_ms == 0 || self.llm.max_output_tokens == 0 {
+            return bad("llm.timeout_ms", "timeout_ms and max_output_tokens must be greater than 0");
+        }
+        if c.sources != "keep" {
+            return bad("consolidation.sources", "must be \"keep\" (the only policy so far)");
         }
         if crate::domain::validate::identifier("", &self.auth.default_tenant).is_err() {
             return bad("auth.default_tenant", "must be a 1-64 character identifier");
@@ -1021,6 +1152,9 @@ impl Config {
         if !c.embedding.openai.api_key.is_empty() {
             c.embedding.openai.api_key = REDACTED.into();
         }
+        if !c.llm.api_key.is_empty() {
+            c.llm.api_key = REDACTED.into();
+        }
         for key in &mut c.auth.keys {
             key.key_sha256 = REDACTED.into();
         }
@@ -1143,6 +1277,21 @@ mod tests {
         assert!(err.contains("auth.keys[1].id") && err.contains("auth.keys[0]"), "{err}");
         c.auth.keys = vec![key("a", "k1"), key("b", "k1")];
         assert!(c.validate().unwrap_err().to_string().contains("auth.keys[1].key_sha256"));
+    }
+
+    #[test]
+    fn a_key_may_be_bound_to_agents_unless_it_is_an_admin_key() {
+        let mut c = Config::default();
+        let bound = |scope: Scope, agents: &[&str]| ApiKeyConfig {
+            agents: agents.iter().map(|a| a.to_string()).collect(),
+            ..ApiKeyConfig::from_plain("acme", "k1", scope)
+        };
+        c.auth.keys = vec![bound(Scope::ReadWrite, &["planner", "coder"])];
+        assert!(c.validate().is_ok());
+        c.auth.keys = vec![bound(Scope::Admin, &["planner"])];
+        assert!(c.validate().unwrap_err().to_string().contains("auth.keys[0].agents"));
+        c.auth.keys = vec![bound(Scope::Read, &["planner", ""])];
+        assert!(c.validate().unwrap_err().to_string().contains("auth.keys[0].agents[1]"));
     }
 
     #[test]
@@ -1285,21 +1434,6 @@ mod tests {
             );
             Ok(())
         });
-    }
-
-    #[test]
-    fn a_key_may_be_bound_to_agents_unless_it_is_an_admin_key() {
-        let mut c = Config::default();
-        let bound = |scope: Scope, agents: &[&str]| ApiKeyConfig {
-            agents: agents.iter().map(|a| a.to_string()).collect(),
-            ..ApiKeyConfig::from_plain("acme", "k1", scope)
-        };
-        c.auth.keys = vec![bound(Scope::ReadWrite, &["planner", "coder"])];
-        assert!(c.validate().is_ok());
-        c.auth.keys = vec![bound(Scope::Admin, &["planner"])];
-        assert!(c.validate().unwrap_err().to_string().contains("auth.keys[0].agents"));
-        c.auth.keys = vec![bound(Scope::Read, &["planner", ""])];
-        assert!(c.validate().unwrap_err().to_string().contains("auth.keys[0].agents[1]"));
     }
 
     #[test]

@@ -55,6 +55,8 @@ pub enum ApiError {
     HoldNotFound,
     #[error("no grant with this id")]
     GrantNotFound,
+    #[error("no consolidation job with this id")]
+    JobNotFound,
     #[error("{0}")]
     ShareNotGranted(String),
     /// The request names an agent its API key is not bound to.
@@ -110,6 +112,7 @@ impl ApiError {
             ApiError::ErasureNotFound => (StatusCode::NOT_FOUND, "erasure_not_found"),
             ApiError::HoldNotFound => (StatusCode::NOT_FOUND, "hold_not_found"),
             ApiError::GrantNotFound => (StatusCode::NOT_FOUND, "grant_not_found"),
+            ApiError::JobNotFound => (StatusCode::NOT_FOUND, "job_not_found"),
             ApiError::ShareNotGranted(_) => (StatusCode::FORBIDDEN, "share_not_granted"),
             ApiError::AgentNotAllowed { .. } => (StatusCode::FORBIDDEN, "agent_not_allowed"),
             ApiError::LegalHold(_) => (StatusCode::CONFLICT, "legal_hold"),

@@ -24,6 +24,7 @@ pub mod embed;
 pub mod error;
 pub mod http;
 pub mod jobs;
+pub mod llm;
 pub mod recall;
 pub mod server;
 pub mod service;

@@ -260,6 +260,42 @@ impl MemoryService {
         }
     }
 
+    /// Writes what consolidation made from `sources` (summaries, facts) by
+    /// the ordinary rules, with the trust of consolidation, and marks the
+    /// sources consolidated in the same transaction (`write::write_consolidated`).
+    pub async fn write_consolidated(
+        &self,
+        tenant: &str,
+        drafts: Vec<Draft>,
+        sources: &[Uuid],
+    ) -> ServiceResult<Vec<WrittenMemory>> {
+        let now = self.clock.now();
+        // A derived record the write rules refuse (a field too long, say)
+        // is left out, not allowed to stop its group forever.
+        let mut memories = Vec::with_capacity(drafts.len());
+        for draft in drafts {
+            match self.finish(vec![draft], &|_| String::new()).await {
+                Ok(mut m) => memories.append(&mut m),
+                Err(ServiceError::Invalid(e)) => {
+                    tracing::warn!(field = %e.field, message = %e.message, "a consolidated record was left out")
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let texts = memories.iter().map(|m| m.content.clone()).collect();
+        let embeddings = self.embed_one_each(tenant, texts).await?;
+        let prepared: Vec<PreparedMemory> = memories
+            .iter()
+            .zip(embeddings)
+            .map(|(m, embedding)| PreparedMemory {
+                source: crate::domain::facts::Source::Consolidated,
+                ..self.prepare(m, embedding)
+            })
+            .collect();
+        let tx = self.store.begin().await?;
+        Ok(crate::store::write::write_consolidated(tx, tenant, &prepared, sources, now).await?)
+    }
+
     /// Writes committed entries to working memory and takes them out of the
     /// outbox, in a task of its own: a request dropped meanwhile (a timeout,
     /// a client gone) does not stop it halfway.

@@ -6,10 +6,12 @@
 //! tested with exact values and reused by every storage backend.
 
 pub mod classify;
+pub mod consolidate;
 pub mod content;
 pub mod context;
 pub mod draft;
 pub mod erasure;
+pub mod extract;
 pub mod facts;
 pub mod holds;
 pub mod memory;

@@ -4,6 +4,7 @@
 //!
 //! No SQL and no Redis here: handlers call the service.
 
+pub mod consolidation;
 pub mod dto;
 pub mod erasure;
 pub mod extract;
@@ -60,7 +61,7 @@ const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
             scope does not allow the operation), share_not_granted (403, no grant lets the sender share with the \
             agents named), agent_not_allowed (403, the API key is bound to other agents than the one named), host_not_allowed and origin_not_allowed \
             (403, only without API keys: the Host and Origin headers must name localhost, 127.0.0.1, [::1] or a \
-            configured host), memory_not_found (404), erasure_not_found (404), hold_not_found (404), grant_not_found (404), \
+            configured host), memory_not_found (404), erasure_not_found (404), hold_not_found (404), grant_not_found (404), job_not_found (404), \
             route_not_found (404), method_not_allowed (405), idempotency_key_reused (409), conflict (409), \
             legal_hold (409, an erasure would touch memories under a legal hold; the message names the holds), \
             erasure_in_progress (409, a hold on a user whose erasure is unfinished), \
@@ -77,6 +78,7 @@ const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
         (name = "retention", description = "What the retention sweep will delete"),
         (name = "erasure", description = "Erasing a data subject's memories from every store, legal holds, and the audit log"),
         (name = "sharing", description = "Memories shared between agents under grants, redacted, with provenance"),
+        (name = "consolidation", description = "Episodes turned into summaries and facts in the background"),
         (name = "operations", description = "Health, readiness and metrics"),
     )
 )]
@@ -115,6 +117,8 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(share::revoke_grant))
         .routes(routes!(share::set_team))
         .routes(routes!(share::list_teams))
+        .routes(routes!(consolidation::request_consolidation))
+        .routes(routes!(consolidation::get_consolidation))
         .routes(routes!(system::healthz))
         .routes(routes!(system::readyz))
         .routes(routes!(system::metrics))

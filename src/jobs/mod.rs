@@ -3,6 +3,7 @@
 //! advisory locks, so any number of replicas can run them.
 
 pub mod access;
+pub mod consolidation;
 pub mod erasure;
 pub mod maintenance;
 pub mod outbox;
@@ -33,6 +34,7 @@ pub fn spawn_all(tracker: &TaskTracker, app: &mut App, shutdown: CancellationTok
     }
     let every = std::time::Duration::from_secs(app.config.erasure.poll_interval_secs);
     tracker.spawn(app.state.eraser.clone().run(every, shutdown.clone()));
+    tracker.spawn(app.state.consolidator.clone().run(shutdown.clone()));
     if app.config.retention.sweep_interval_secs > 0 {
         let every = std::time::Duration::from_secs(app.config.retention.sweep_interval_secs);
         tracker.spawn(app.state.retention.clone().run(every, shutdown.clone()));

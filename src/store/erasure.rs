@@ -64,6 +64,10 @@ pub trait ErasureTx: Send {
     /// of every tier.
     async fn copies(&mut self, tenant: &str, ids: &[Uuid]) -> StoreResult<Vec<Linked>>;
 
+    /// Summaries consolidation made from these episodes
+    /// (`metadata.consolidation.source_episode_ids`).
+    async fn summaries(&mut self, tenant: &str, ids: &[Uuid]) -> StoreResult<Vec<Linked>>;
+
     /// Claims rows for the erasure `erasure` and hides them from every read
     /// from the commit on: SQLite moves their expiry to `at` (the worker
     /// deletes them with their in-process index entries), Postgres deletes
@@ -235,6 +239,11 @@ pub async fn accept(mut tx: Box<dyn ErasureTx>, mut record: ErasureRecord, store
     let tenant = tenant.as_str();
     let mut rows = match &record.subject {
         Subject::User { user_id, agent_id } => {
+            // Locked before the rows are read: a consolidation writing a
+            // summary of this user's episodes holds the same lock, so it
+            // either commits before these reads (and its summary is found
+            // with the user's rows) or waits and finds its sources gone.
+            tx.lock_users(tenant, std::slice::from_ref(user_id)).await?;
             tx.user_rows(tenant, user_id, agent_id.as_deref(), record.requested_at).await?
         }
         Subject::Memories { memory_ids } => tx.rows_by_id(tenant, memory_ids).await?,
@@ -254,9 +263,12 @@ pub async fn accept(mut tx: Box<dyn ErasureTx>, mut record: ErasureRecord, store
                 rows.push(link.fact);
             }
         }
-        // A shared copy is the same data in another agent's memory: it goes
-        // with its original, whoever it now belongs to.
-        for copy in tx.copies(tenant, &frontier).await? {
+        // A shared copy is the same data in another agent's memory, and a
+        // consolidated summary holds its episodes' sentences: each goes with
+        // its source, whoever it now belongs to.
+        let mut derived = tx.copies(tenant, &frontier).await?;
+        derived.extend(tx.summaries(tenant, &frontier).await?);
+        for copy in derived {
             if seen.insert(copy.fact.id) {
                 next.push(copy.fact.id);
                 rows.push(copy.fact);

@@ -15,6 +15,7 @@
 //! audit log) is.
 
 pub mod breaker;
+pub mod consolidate;
 pub mod erasure;
 pub mod postgres;
 pub mod redis;

@@ -44,6 +44,8 @@ pub struct Storage {
     pub erasure: Arc<dyn Erasures>,
     /// Sharing grants, teams and shared copies.
     pub sharing: Arc<dyn super::share::Sharing>,
+    /// Waiting episodes, per-agent locks and jobs of consolidation.
+    pub consolidation: Arc<dyn super::consolidate::Consolidations>,
     /// The connection pool, for the pool gauges.
     pub pool: DbPool,
     /// The backend's own handle, for tests that look at its tables directly
@@ -89,6 +91,7 @@ impl Storage {
             sweep: both.clone(),
             erasure: both,
             sharing: Arc::new(pg.clone()),
+            consolidation: Arc::new(pg.clone()),
             pool: DbPool::Postgres(pg.pool().clone()),
             raw: Raw::Postgres(pg),
         }
@@ -107,7 +110,8 @@ impl Storage {
             transfer: handle.clone(),
             sweep: handle.clone(),
             erasure: handle.clone(),
-            sharing: handle,
+            sharing: handle.clone(),
+            consolidation: handle,
             pool: DbPool::Sqlite(store.pool().clone()),
             raw: Raw::Embedded(store),
         }

@@ -111,6 +111,18 @@ pub trait WriteTx: Send {
         now: DateTime<Utc>,
     ) -> StoreResult<()>;
 
+    /// Marks episodes consolidated at `at`, first taking the locks an
+    /// erasure of `users` takes (so the two never interleave); returns how
+    /// many of `ids` were live, unconsolidated episodes (the caller rolls
+    /// back unless that is all of them).
+    async fn mark_consolidated(
+        &mut self,
+        tenant: &str,
+        users: &[String],
+        ids: &[Uuid],
+        at: DateTime<Utc>,
+    ) -> StoreResult<u64>;
+
     /// Commits. Once this is called, what the transaction did reaches every
     /// index and cache of the backend even if the caller is dropped.
     async fn commit(self: Box<Self>) -> StoreResult<()>;
@@ -186,6 +198,39 @@ pub async fn write_batch(
     }
     tx.commit().await?;
     Ok(WriteOutcome::Written(written))
+}
+
+/// Writes what consolidation made from `sources` (summaries and facts, by
+/// the ordinary rules) and marks the sources, and the summaries written,
+/// consolidated, in one transaction: an episode is consolidated exactly
+/// once, and a crash leaves either all of it or none. Sources that are
+/// gone (erased, expired) or already consolidated since they were read
+/// roll it all back (`StoreError::Conflict`); the run reads them again.
+pub async fn write_consolidated(
+    mut tx: Box<dyn WriteTx>,
+    tenant: &str,
+    items: &[PreparedMemory],
+    sources: &[Uuid],
+    now: DateTime<Utc>,
+) -> StoreResult<Vec<WrittenMemory>> {
+    let mut users: Vec<String> = items.iter().filter_map(|p| p.memory.user_id.clone()).collect();
+    users.sort_unstable();
+    users.dedup();
+    let marked = tx.mark_consolidated(tenant, &users, sources, now).await?;
+    if marked != sources.len() as u64 {
+        return Err(StoreError::Conflict("episodes changed while they were consolidated".into()));
+    }
+    tx.lock(&lock_keys(tenant, items)).await?;
+    let mut written = Vec::with_capacity(items.len());
+    for p in items {
+        written.push(write_one(tx.as_mut(), tenant, p, now).await?);
+    }
+    // A summary is itself an episode: it is never consolidated again.
+    let summaries: Vec<Uuid> =
+        written.iter().filter(|w| w.memory.tier == Tier::Episodic && !w.deduplicated).map(|w| w.memory.id).collect();
+    tx.mark_consolidated(tenant, &[], &summaries, now).await?;
+    tx.commit().await?;
+    Ok(written)
 }
 
 fn stored(memory: Memory, p: &PreparedMemory, reward_count: i32) -> StoredMemory {

@@ -3,6 +3,7 @@
 //! tenant and Redis key prefix, so tests run in parallel on one database.
 
 mod connections;
+mod consolidation;
 mod contract;
 mod erasure;
 mod errors;
@@ -10,6 +11,7 @@ mod helpers;
 mod holds;
 mod inputs;
 mod keyless;
+mod llm;
 mod memories;
 mod numbers;
 mod operations;

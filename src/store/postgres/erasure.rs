@@ -124,6 +124,27 @@ impl ErasureTx for PgTx {
             .collect()
     }
 
+    async fn summaries(&mut self, tenant: &str, ids: &[Uuid]) -> StoreResult<Vec<Linked>> {
+        let sources: Vec<String> = ids.iter().map(Uuid::to_string).collect();
+        let rows: Vec<(Uuid, Option<String>, String)> = sqlx::query_as(
+            "SELECT m.id, m.user_id, s.source FROM episodic_memory m, \
+                 jsonb_array_elements_text(m.metadata->'consolidation'->'source_episode_ids') AS s(source) \
+             WHERE m.tenant_id = $1 AND m.metadata->'consolidation'->'source_episode_ids' ?| $2 \
+             AND s.source = ANY($2)",
+        )
+        .bind(tenant)
+        .bind(&sources)
+        .fetch_all(&mut *self.tx)
+        .await
+        .map_err(store_error)?;
+        rows.into_iter()
+            .map(|(id, user_id, source)| {
+                let to = source.parse().map_err(|_| corrupt("source episode id", &source))?;
+                Ok(Linked { fact: ErasureRow { tier: Tier::Episodic, id, user_id }, to })
+            })
+            .collect()
+    }
+
     async fn claim(
         &mut self,
         tenant: &str,

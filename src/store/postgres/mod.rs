@@ -5,6 +5,7 @@
 //! `transfer.rs`; retention's deletes in `retention.rs`; legal holds in
 //! `holds.rs`.
 
+mod consolidate;
 mod erasure;
 pub(crate) use erasure::vacuumed;
 mod holds;

@@ -306,6 +306,27 @@ impl WriteTx for PgTx {
         Ok(())
     }
 
+    async fn mark_consolidated(
+        &mut self,
+        tenant: &str,
+        users: &[String],
+        ids: &[Uuid],
+        at: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        super::holds::lock_users(&mut self.tx, tenant, users).await?;
+        let done = sqlx::query(
+            "UPDATE episodic_memory SET consolidated_at = $3 WHERE tenant_id = $1 AND id = ANY($2) \
+             AND consolidated_at IS NULL AND (expires_at IS NULL OR expires_at > $3)",
+        )
+        .bind(tenant)
+        .bind(ids)
+        .bind(at)
+        .execute(&mut *self.tx)
+        .await
+        .map_err(store_error)?;
+        Ok(done.rows_affected())
+    }
+
     async fn commit(self: Box<Self>) -> StoreResult<()> {
         let PgTx { tx, started, .. } = *self;
         tx.commit().await.map_err(store_error)?;

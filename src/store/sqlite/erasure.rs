@@ -128,6 +128,31 @@ impl ErasureTx for SqliteTx {
         Ok(out)
     }
 
+    async fn summaries(&mut self, tenant: &str, ids: &[Uuid]) -> StoreResult<Vec<Linked>> {
+        let mut out = Vec::new();
+        for chunk in ids.chunks(CHUNK) {
+            let mut qb = QueryBuilder::new(
+                "select m.id, m.user_id, j.value from memories m, \
+                 json_each(m.metadata, '$.consolidation.source_episode_ids') j \
+                 where json_extract(m.metadata, '$.consolidation') is not null and m.tier = 'episodic' \
+                 and m.tenant_id = ",
+            );
+            qb.push_bind(tenant.to_string()).push(" and j.value in (");
+            let mut list = qb.separated(", ");
+            for id in chunk {
+                list.push_bind(id.to_string());
+            }
+            list.push_unseparated(")");
+            let rows: Vec<(Uuid, Option<String>, String)> =
+                qb.build_query_as().fetch_all(&mut *self.tx).await.map_err(store_error)?;
+            for (id, user_id, to) in rows {
+                let to = to.parse().map_err(|_| corrupt("source episode id", &to))?;
+                out.push(Linked { fact: ErasureRow { tier: Tier::Episodic, id, user_id }, to });
+            }
+        }
+        Ok(out)
+    }
+
     async fn claim(
         &mut self,
         tenant: &str,

@@ -23,6 +23,7 @@
 //!
 //! Must not: know about HTTP, or be used by two processes on one directory.
 
+mod consolidate;
 mod erasure;
 mod holds;
 mod memories;
@@ -102,6 +103,9 @@ struct Inner {
     sweep_gate: Arc<tokio::sync::Mutex<()>>,
     /// Held by the erasure worker while it works.
     erasure_gate: Arc<tokio::sync::Mutex<()>>,
+    /// The agents being consolidated, as `tenant/agent` (one process owns
+    /// the data directory, so an in-process set is the whole lock).
+    consolidating: Arc<std::sync::Mutex<std::collections::HashSet<(String, String)>>>,
     /// Vectors of every memory that has one; read by searches, changed by
     /// writers after their commit (under `write_gate`).
     vectors: RwLock<VectorIndex>,
@@ -173,6 +177,7 @@ impl SqliteStore {
                 write_gate: Arc::new(tokio::sync::Mutex::new(())),
                 sweep_gate: Default::default(),
                 erasure_gate: Default::default(),
+                consolidating: Default::default(),
                 vectors: RwLock::new(vectors),
                 text: RwLock::new(text),
                 sessions: Default::default(),

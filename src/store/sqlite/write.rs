@@ -308,6 +308,34 @@ impl WriteTx for SqliteTx {
         Ok(())
     }
 
+    async fn mark_consolidated(
+        &mut self,
+        tenant: &str,
+        _users: &[String],
+        ids: &[Uuid],
+        at: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        // The write gate keeps erasures (and every other writer) out until
+        // this transaction ends; no user lock is needed.
+        let mut marked = 0;
+        for chunk in ids.chunks(500) {
+            let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new("update memories set consolidated_at = ");
+            qb.push_bind(micros(at));
+            qb.push(" where tier = 'episodic' and consolidated_at is null and (expires_at is null or expires_at > ");
+            qb.push_bind(micros(at));
+            qb.push(") and tenant_id = ");
+            qb.push_bind(tenant.to_string());
+            qb.push(" and id in (");
+            let mut list = qb.separated(", ");
+            for id in chunk {
+                list.push_bind(*id);
+            }
+            list.push_unseparated(")");
+            marked += qb.build().execute(&mut *self.tx).await.map_err(store_error)?.rows_affected();
+        }
+        Ok(marked)
+    }
+
     async fn commit(self: Box<Self>) -> StoreResult<()> {
         let SqliteTx { store, gate, tx, tenant, ops, started } = *self;
         // The commit and the index changes run in their own task: dropping

@@ -104,7 +104,8 @@ fn the_postgres_migrator_does_not_pick_up_the_sqlite_migrations() {
             "working outbox",
             "erasure audit",
             "legal holds",
-            "sharing"
+            "sharing",
+            "consolidation"
         ]
     );
 }

@@ -1,0 +1,258 @@
+//! Consolidation: episodes old enough become summaries (verbatim sentences,
+//! naming their sources) and facts of their user (read off first-person
+//! statements, with the least trust), each episode once; what was made from
+//! a user's episodes goes with the user's erasure. On both backends.
+
+use std::time::Duration;
+
+use chrono::Duration as Age;
+use engram::config::{ApiKeyConfig, Scope};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::erasure::{spawn_isolated, wait_for};
+use crate::helpers::{TestApp, expect_error, post_json};
+
+/// Asks for a run of `agent` and waits until it ends; returns the job.
+async fn consolidate(app: &TestApp, agent: &str) -> Value {
+    let r = app.post("/v1/consolidation", &json!({"agent_id": agent})).await;
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let location = r.headers()["location"].to_str().unwrap().to_string();
+    let job: Value = r.json().await.unwrap();
+    assert_eq!(location, format!("/v1/consolidation/{}", job["id"].as_str().unwrap()));
+    let mut last = Value::Null;
+    for _ in 0..300 {
+        let (status, body) = app.get_json(&location).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        if body["state"] == "completed" || body["state"] == "failed" {
+            assert_eq!(body["state"], "completed", "{body}");
+            return body;
+        }
+        last = body;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("consolidation never ended: {last}");
+}
+
+async fn all_of(app: &TestApp, agent: &str, tier: &str) -> Vec<Value> {
+    let (status, page) = app.get_json(&format!("/v1/memories?agent_id={agent}&tier={tier}&limit=200")).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    page["memories"].as_array().unwrap().clone()
+}
+
+fn derived(memories: &[Value]) -> Vec<Value> {
+    memories.iter().filter(|m| m["metadata"].get("consolidation").is_some()).cloned().collect()
+}
+
+#[tokio::test]
+async fn old_episodes_become_summaries_and_facts_once_and_the_users_erasure_takes_them() {
+    let app = spawn_isolated(|_| {}).await;
+    let episode = |user: &str, content: &str| json!({"agent_id": "a", "user_id": user, "session_id": "s1", "tier": "episodic", "content": content});
+    // The agent's own word on Ann's job, which a consolidated fact must not replace.
+    app.write_one(json!({"agent_id": "a", "user_id": "ann", "tier": "semantic", "content": "Ann is a teacher",
+                          "subject": "ann", "predicate": "works_as", "object": "teacher"}))
+        .await;
+    let ann = app
+        .write(json!({"memories": [
+            episode("ann", "My name is Ann. I work as a nurse at the city hospital."),
+            episode("ann", "We decided to move the team offsite to Friday."),
+            episode("ann", "I'm allergic to peanuts, so no satay for me."),
+        ]}))
+        .await;
+    let bob = app
+        .write(json!({"memories": [
+            episode("bob", "I live in Lisbon and I have a dog named Rex."),
+            episode("bob", "The deploy failed twice because of a timeout."),
+        ]}))
+        .await;
+    // Ages count from ingestion: nothing is old enough yet.
+    let job = consolidate(&app, "a").await;
+    assert_eq!(job["report"]["episodes"], 0, "{job}");
+
+    app.clock.advance(Age::hours(2));
+    let late = app.write_one(episode("ann", "I love hiking in the mountains.")).await;
+    let job = consolidate(&app, "a").await;
+    let report = &job["report"];
+    assert_eq!(report["episodes"], 5, "{job}");
+    assert_eq!(report["summaries"], 2, "one per user's session: {job}");
+    assert!(report["facts"].as_u64().unwrap() >= 3, "{job}");
+    assert_eq!(report["facts_candidates"], 1, "the nurse fact stays behind the agent's teacher fact: {job}");
+    assert_eq!(job["requested_by"], "keyless");
+
+    let summaries = derived(&all_of(&app, "a", "episodic").await);
+    assert_eq!(summaries.len(), 2, "{summaries:?}");
+    let of_ann = summaries.iter().find(|s| s["user_id"] == "ann").unwrap();
+    let c = &of_ann["metadata"]["consolidation"];
+    assert_eq!(c["method"], "extractive");
+    assert_eq!(c["job_id"], job["id"]);
+    let ids: Vec<&Value> = ann.iter().map(|m| &m["id"]).collect();
+    assert_eq!(c["source_episode_ids"].as_array().unwrap().iter().collect::<Vec<_>>(), ids);
+    // Verbatim: every sentence of the summary is in one of its episodes.
+    let text = of_ann["content"].as_str().unwrap();
+    assert!(text.contains("nurse") || text.contains("peanuts"), "{text}");
+    for sentence in text.split_inclusive(['.', '!', '?']).map(str::trim).filter(|s| !s.is_empty()) {
+        assert!(ann.iter().any(|m| m["content"].as_str().unwrap().contains(sentence)), "{sentence}");
+    }
+
+    let facts = derived(&all_of(&app, "a", "semantic").await);
+    let fact = |subject: &str, predicate: &str| {
+        facts.iter().find(|f| f["subject"] == subject && f["predicate"] == predicate).cloned()
+    };
+    let allergy = fact("ann", "allergic_to").expect("ann's allergy");
+    assert_eq!(allergy["object"], "peanuts");
+    assert_eq!(allergy["source"], "consolidated");
+    assert_eq!(allergy["source_episode_id"], ann[2]["id"]);
+    assert_eq!(allergy["metadata"]["consolidation"]["method"], "rules");
+    assert!(fact("bob", "lives_in").is_some(), "{facts:?}");
+    // Recall finds the fact; the agent's own word on the job still stands.
+    let (_, found) = post_json(
+        &app,
+        "/v1/memories/search",
+        &json!({"agent_id": "a", "query": "What is Ann allergic to?", "tiers": ["semantic"]}),
+    )
+    .await;
+    assert_eq!(found["results"][0]["memory"]["id"], allergy["id"], "{found}");
+    let (_, listed) = app.get_json("/v1/memories?agent_id=a&tier=semantic&include_superseded=true&limit=200").await;
+    let jobs: Vec<&Value> =
+        listed["memories"].as_array().unwrap().iter().filter(|f| f["predicate"] == "works_as").collect();
+    let teacher = jobs.iter().find(|f| f["object"] == "teacher").expect("the agent's fact");
+    let nurse = jobs.iter().find(|f| f["object"] == "nurse").expect("the consolidated fact");
+    assert_eq!(teacher["valid_until"], Value::Null, "{teacher}");
+    assert_eq!(nurse["contested_by"], teacher["id"], "{nurse}");
+
+    // Each episode once: a second run takes only what became old since.
+    app.clock.advance(Age::hours(2));
+    let again = consolidate(&app, "a").await;
+    assert_eq!(again["report"]["episodes"], 1, "only the late episode: {again}");
+    assert_eq!(again["report"]["summaries"], 0, "one episode is not summarised: {again}");
+    let hiking = derived(&all_of(&app, "a", "semantic").await)
+        .into_iter()
+        .find(|f| f["source_episode_id"] == late["id"])
+        .expect("a fact from the late episode");
+    assert_eq!(hiking["predicate"], "likes");
+
+    // Erasing Ann takes her summary and facts; Bob's stay.
+    let (status, accepted) = post_json(&app, "/v1/erasure", &json!({"user_id": "ann"})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    wait_for(&app, accepted["id"].as_str().unwrap(), "completed").await;
+    let left: Vec<Value> = [all_of(&app, "a", "episodic").await, all_of(&app, "a", "semantic").await].concat();
+    assert!(left.iter().all(|m| m["user_id"] != "ann"), "{left:?}");
+    assert!(derived(&left).iter().any(|m| m["user_id"] == "bob"), "{left:?}");
+
+    // Erasing one of Bob's episodes by id takes the summary made from it.
+    let (status, accepted) = post_json(&app, "/v1/erasure", &json!({"memory_ids": [bob[1]["id"]]})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    wait_for(&app, accepted["id"].as_str().unwrap(), "completed").await;
+    assert!(derived(&all_of(&app, "a", "episodic").await).is_empty(), "Bob's summary went with its episode");
+    let facts = derived(&all_of(&app, "a", "semantic").await);
+    assert!(facts.iter().any(|f| f["predicate"] == "lives_in"), "a fact from another episode stays: {facts:?}");
+}
+
+#[tokio::test]
+async fn a_job_is_the_tenants_and_its_agents_and_bad_requests_name_the_field() {
+    let t = format!("s-{}", Uuid::new_v4().simple());
+    let server = spawn_isolated(|c| {
+        c.auth.keys = vec![
+            ApiKeyConfig { agents: vec!["a".into()], ..ApiKeyConfig::from_plain(&t, "key-a", Scope::ReadWrite) },
+            ApiKeyConfig::from_plain(&t, "key-all", Scope::ReadWrite),
+            ApiKeyConfig::from_plain("other", "key-other", Scope::ReadWrite),
+        ];
+    })
+    .await;
+    let [ka, kall, other] = ["key-a", "key-all", "key-other"].map(|k| server.as_key(k));
+    let job = consolidate(&kall, "b").await;
+    let path = format!("/v1/consolidation/{}", job["id"].as_str().unwrap());
+    expect_error(ka.get(&path).await, StatusCode::NOT_FOUND, "job_not_found").await;
+    expect_error(other.get(&path).await, StatusCode::NOT_FOUND, "job_not_found").await;
+    let e = expect_error(
+        ka.post("/v1/consolidation", &json!({"agent_id": "b"})).await,
+        StatusCode::FORBIDDEN,
+        "agent_not_allowed",
+    )
+    .await;
+    assert_eq!(e["error"]["field"], "/agent_id");
+    let e = expect_error(
+        ka.post("/v1/consolidation", &json!({"agent": "a"})).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_field",
+    )
+    .await;
+    assert_eq!(e["error"]["field"], "/agent");
+    let e =
+        expect_error(kall.get("/v1/consolidation/nope").await, StatusCode::UNPROCESSABLE_ENTITY, "invalid_field").await;
+    assert_eq!(e["error"]["field"], "id");
+    expect_error(
+        kall.get(&format!("/v1/consolidation/{}", Uuid::now_v7())).await,
+        StatusCode::NOT_FOUND,
+        "job_not_found",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn two_servers_on_one_database_consolidate_twenty_agents_each_episode_once() {
+    if crate::helpers::embedded() {
+        eprintln!("skipped on the embedded backend: one process owns its data directory");
+        return;
+    }
+    // Two servers, each with its own pool, worker and locks, as two
+    // processes have; one tenant, one database.
+    let db = crate::helpers::fresh_database().await;
+    let tenant = format!("t-{}", Uuid::new_v4().simple());
+    let both = |c: &mut engram::config::Config| {
+        c.database.url = db.clone();
+        c.auth.default_tenant = tenant.clone();
+    };
+    let a = crate::helpers::spawn_app_with(both).await;
+    let b = crate::helpers::spawn_app_with(both).await;
+    let agents: Vec<String> = (0..20).map(|i| format!("agent-{i}")).collect();
+    for agent in &agents {
+        let memories: Vec<Value> = (0..6)
+            .map(|i| {
+                json!({"agent_id": agent, "user_id": format!("u{}", i % 2), "session_id": "s", "tier": "episodic",
+                       "content": format!("I live in Porto. Step {i} of the plan for {agent} is done.")})
+            })
+            .collect();
+        a.write(json!({ "memories": memories })).await;
+    }
+    a.clock.advance(Age::hours(2));
+    b.clock.advance(Age::hours(2));
+    // Every agent asked of both servers at once: 40 jobs, taken by either
+    // server's worker, two for each agent.
+    let asked = agents.iter().flat_map(|agent| {
+        [&a, &b].map(|app| async move {
+            let r = app.post("/v1/consolidation", &json!({"agent_id": agent})).await;
+            assert_eq!(r.status(), StatusCode::ACCEPTED);
+            r.headers()["location"].to_str().unwrap().to_string()
+        })
+    });
+    let locations = futures::future::join_all(asked).await;
+    let mut episodes = 0;
+    for location in &locations {
+        let mut job = Value::Null;
+        for _ in 0..600 {
+            job = a.get_json(location).await.1;
+            if job["state"] == "completed" || job["state"] == "failed" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(job["state"], "completed", "{job}");
+        episodes += job["report"]["episodes"].as_u64().unwrap();
+    }
+    assert_eq!(episodes, 120, "each of the 120 episodes once");
+    for agent in &agents {
+        let summaries = derived(&all_of(&a, agent, "episodic").await);
+        assert_eq!(summaries.len(), 2, "one summary per user's session of {agent}: {summaries:?}");
+    }
+    let pg = sqlx::PgPool::connect(&db).await.unwrap();
+    let waiting: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM episodic_memory WHERE consolidated_at IS NULL AND NOT (metadata ? 'consolidation')",
+    )
+    .fetch_one(&pg)
+    .await
+    .unwrap();
+    assert_eq!(waiting, 0);
+    pg.close().await;
+}
