@@ -205,8 +205,9 @@ pub struct ConsolidationConfig {
     pub group_size: usize,
     /// Most sentences in a summary.
     pub summary_sentences: usize,
-    /// Most episodes one run of one agent takes; the rest wait for the next.
-    pub max_episodes_per_run: usize,
+    /// Episodes read per batch; a run reads batches until every waiting
+    /// episode up to its cutoff is taken.
+    pub batch_size: usize,
     /// Episodes waiting past which the backlog is logged as a warning
     /// (`engram_consolidation_backlog_episodes` has the figure).
     pub backlog_alert_episodes: u64,
@@ -221,7 +222,7 @@ impl Default for ConsolidationConfig {
             min_age_secs: 3600,
             group_size: 20,
             summary_sentences: 5,
-            max_episodes_per_run: 500,
+            batch_size: 500,
             backlog_alert_episodes: 10_000,
             sources: "keep".into(),
         }
@@ -992,8 +993,8 @@ impl Config {
         if !(1..=50).contains(&c.summary_sentences) {
             return bad("consolidation.summary_sentences", "must be from 1 to 50");
         }
-        if !(1..=100_000).contains(&c.max_episodes_per_run) {
-            return bad("consolidation.max_episodes_per_run", "must be from 1 to 100000");
+        if !(1..=100_000).contains(&c.batch_size) {
+            return bad("consolidation.batch_size", "must be from 1 to 100000");
         }
         if !["none", "openai"].contains(&self.llm.provider.as_str()) {
             return bad("llm.provider", "must be none or openai");

@@ -198,11 +198,30 @@ impl Consolidator {
         let Some(_lease) = self.store.try_lock(&job.tenant, &job.agent_id).await? else {
             return Ok(None);
         };
-        let now = self.clock.now();
-        let limit = self.config.max_episodes_per_run;
-        let episodes = self.store.pending(&job.tenant, &job.agent_id, job.cutoff, now, limit).await?;
         let mut report = JobReport::default();
-        for group in consolidate::groups(&episodes, self.config.group_size) {
+        // Batch after batch until every waiting episode up to the cutoff is
+        // taken; a batch that took nothing (its groups changed under it)
+        // ends the run, and the next run reads them again.
+        loop {
+            let now = self.clock.now();
+            let limit = self.config.batch_size;
+            let episodes = self.store.pending(&job.tenant, &job.agent_id, job.cutoff, now, limit).await?;
+            let before = report.episodes;
+            self.consolidate_batch(job, &episodes, &mut report).await?;
+            if episodes.len() < limit || report.episodes == before {
+                return Ok(Some(report));
+            }
+        }
+    }
+
+    /// Consolidates one batch of episodes, group by group, into `report`.
+    async fn consolidate_batch(
+        &self,
+        job: &Job,
+        episodes: &[crate::domain::Memory],
+        report: &mut JobReport,
+    ) -> Result<(), RunError> {
+        for group in consolidate::groups(episodes, self.config.group_size) {
             let drafts = match &self.llm {
                 Some(llm) => self.model_drafts(llm.as_ref(), job, &group).await?,
                 None => {
@@ -250,7 +269,7 @@ impl Consolidator {
                 }
             }
         }
-        Ok(Some(report))
+        Ok(())
     }
 
     /// A group's summary (when it has two episodes or more) and facts, by

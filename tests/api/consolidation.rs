@@ -47,7 +47,8 @@ fn derived(memories: &[Value]) -> Vec<Value> {
 
 #[tokio::test]
 async fn old_episodes_become_summaries_and_facts_once_and_the_users_erasure_takes_them() {
-    let app = spawn_isolated(|_| {}).await;
+    // Batches of three: a run reads batch after batch until none is left.
+    let app = spawn_isolated(|c| c.consolidation.batch_size = 3).await;
     let episode = |user: &str, content: &str| json!({"agent_id": "a", "user_id": user, "session_id": "s1", "tier": "episodic", "content": content});
     // The agent's own word on Ann's job, which a consolidated fact must not replace.
     app.write_one(json!({"agent_id": "a", "user_id": "ann", "tier": "semantic", "content": "Ann is a teacher",
