@@ -466,7 +466,12 @@ impl MemoryService {
             (None, None) => 0,
         };
         let query_tokens = bpe.count(&p.search.query) as i64;
-        let budget = p.max_context_tokens - system - query_tokens - p.output_reserve_tokens;
+        // In i128: each term is a client's i64, and their difference can
+        // leave i64's range (a huge system prompt against a small budget).
+        let budget = i128::from(p.max_context_tokens)
+            - i128::from(system)
+            - i128::from(query_tokens)
+            - i128::from(p.output_reserve_tokens);
         if budget < 0 {
             return Err(ServiceError::Invalid(FieldError::new(
                 "/max_context_tokens",
@@ -477,7 +482,7 @@ impl MemoryService {
                 ),
             )));
         }
-        let budget = budget as usize;
+        let budget = usize::try_from(budget).unwrap_or(usize::MAX);
         let (scored, timings, warnings) =
             self.recall(tenant, &p.search, self.context_candidates, self.context_candidates, usize::MAX).await?;
         let candidates: Vec<Candidate> = scored

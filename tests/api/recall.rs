@@ -261,6 +261,16 @@ async fn context_fits_the_budget_and_puts_the_session_first() {
     let err = expect_error(r, StatusCode::UNPROCESSABLE_ENTITY, "invalid_field").await;
     assert_eq!(err["error"]["field"], "/max_context_tokens");
     assert!(err["error"]["message"].as_str().unwrap().contains("output_reserve_tokens"));
+    // Terms whose difference leaves a 64-bit integer's range: the same 422, not a 500.
+    for body in [
+        json!({"agent_id": "a", "query": "flight", "max_context_tokens": 1, "system_prompt_tokens": i64::MAX}),
+        json!({"agent_id": "a", "query": "flight", "max_context_tokens": 1, "system_prompt_tokens": i64::MAX,
+               "output_reserve_tokens": i64::MAX}),
+    ] {
+        let err =
+            expect_error(app.post("/v1/context", &body).await, StatusCode::UNPROCESSABLE_ENTITY, "invalid_field").await;
+        assert_eq!(err["error"]["field"], "/max_context_tokens");
+    }
 }
 
 #[tokio::test]
