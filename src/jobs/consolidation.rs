@@ -123,11 +123,13 @@ impl Consolidator {
         for b in &backlog {
             let mut job = self.job(&b.tenant, &b.agent_id, SCHEDULE_ACTOR, now);
             job.started_at = Some(self.clock.now());
-            let outcome = match self.consolidate(&job).await {
-                Ok(None) => continue,
-                Ok(Some(report)) => Ok(report),
+            let mut report = JobReport::default();
+            let outcome = match self.consolidate(&job, &mut report).await {
+                Ok(false) => continue,
+                Ok(true) => Ok(()),
                 Err(e) => Err(e),
             };
+            job.report = report;
             self.finish(&mut job, outcome);
             self.store.insert_job(&job).await?;
             ran += 1;
@@ -135,14 +137,12 @@ impl Consolidator {
         Ok(ran)
     }
 
-    /// Records how a run ended in its job.
-    fn finish(&self, job: &mut Job, outcome: Result<JobReport, RunError>) {
+    /// Records how a run ended in its job (its report holds what was
+    /// written, also when a later group failed).
+    fn finish(&self, job: &mut Job, outcome: Result<(), RunError>) {
         job.finished_at = Some(self.clock.now());
         match outcome {
-            Ok(report) => {
-                job.state = JobState::Completed;
-                job.report = report;
-            }
+            Ok(()) => job.state = JobState::Completed,
             Err(e) => {
                 tracing::error!(error = ?e, job = %job.id, "consolidation failed; its episodes wait for the next run");
                 job.state = JobState::Failed;
@@ -176,12 +176,13 @@ impl Consolidator {
 
     async fn run_job(&self, mut job: Job) -> Result<(), StoreError> {
         let started = std::time::Instant::now();
+        let mut report = JobReport::default();
         let outcome = loop {
-            match self.consolidate(&job).await {
-                Ok(Some(report)) => break Ok(report),
-                Ok(None) if started.elapsed() < LOCK_WAIT => tokio::time::sleep(Duration::from_millis(200)).await,
+            match self.consolidate(&job, &mut report).await {
+                Ok(true) => break Ok(()),
+                Ok(false) if started.elapsed() < LOCK_WAIT => tokio::time::sleep(Duration::from_millis(200)).await,
                 // Another run kept the agent: this one goes back to the queue.
-                Ok(None) => {
+                Ok(false) => {
                     job.state = JobState::Queued;
                     job.started_at = None;
                     return self.store.update_job(&job).await;
@@ -189,16 +190,17 @@ impl Consolidator {
                 Err(e) => break Err(e),
             }
         };
+        job.report = report;
         self.finish(&mut job, outcome);
         self.store.update_job(&job).await
     }
 
-    /// One run over the job's agent: `None` when another run holds it.
-    async fn consolidate(&self, job: &Job) -> Result<Option<JobReport>, RunError> {
+    /// One run over the job's agent, adding what it writes to `report`:
+    /// false when another run holds the agent.
+    async fn consolidate(&self, job: &Job, report: &mut JobReport) -> Result<bool, RunError> {
         let Some(_lease) = self.store.try_lock(&job.tenant, &job.agent_id).await? else {
-            return Ok(None);
+            return Ok(false);
         };
-        let mut report = JobReport::default();
         // Batch after batch until every waiting episode up to the cutoff is
         // taken; a batch that took nothing (its groups changed under it)
         // ends the run, and the next run reads them again.
@@ -207,9 +209,9 @@ impl Consolidator {
             let limit = self.config.batch_size;
             let episodes = self.store.pending(&job.tenant, &job.agent_id, job.cutoff, now, limit).await?;
             let before = report.episodes;
-            self.consolidate_batch(job, &episodes, &mut report).await?;
+            self.consolidate_batch(job, &episodes, report).await?;
             if episodes.len() < limit || report.episodes == before {
-                return Ok(Some(report));
+                return Ok(true);
             }
         }
     }
