@@ -193,13 +193,20 @@ pub fn fact_drafts(agent_id: &str, episode: &Memory, job_id: Uuid) -> Vec<Draft>
 /// How a derived record was made by a chat model.
 pub const METHOD_LLM: &str = "llm";
 
+// The schemas bound every answer's length (a grammar-constrained server
+// cannot exceed them), so that an answer of the largest allowed shape fits
+// the default `llm.max_output_tokens` and a small model that wanders is cut
+// by the schema, not by the token limit mid-string.
+
 /// Longest summary a model may write, in characters.
-const MAX_SUMMARY_CHARS: usize = 2000;
+const MAX_SUMMARY_CHARS: usize = 1000;
 
 /// Longest object of a fact a model may give, in characters: a fact's
-/// object is a few words, and a bound keeps a wandering model's answer
-/// within its token limit.
-const MAX_OBJECT_CHARS: usize = 100;
+/// object is a few words.
+const MAX_OBJECT_CHARS: usize = 60;
+
+/// Most facts one answer may hold.
+const MAX_FACTS: usize = 8;
 
 /// The episodes of a group as a model reads them: numbered, oldest first.
 fn numbered(group: &Group<'_>) -> String {
@@ -241,7 +248,7 @@ pub fn summary_schema() -> Value {
 pub fn facts_schema(episodes: usize) -> Value {
     json!({
         "type": "object",
-        "properties": {"facts": {"type": "array", "maxItems": (episodes * 2).clamp(1, 12), "items": {
+        "properties": {"facts": {"type": "array", "maxItems": episodes.clamp(1, MAX_FACTS), "items": {
             "type": "object",
             "properties": {
                 "episode": {"type": "integer", "minimum": 0, "maximum": episodes.saturating_sub(1)},

@@ -104,7 +104,7 @@ async fn run(app: &TestApp, agent: &str) -> Value {
     let r = app.post("/v1/consolidation", &json!({"agent_id": agent})).await;
     assert_eq!(r.status(), StatusCode::ACCEPTED);
     let location = r.headers()["location"].to_str().unwrap().to_string();
-    for _ in 0..1800 {
+    for _ in 0..6000 {
         let (_, job) = app.get_json(&location).await;
         if job["state"] == "completed" || job["state"] == "failed" {
             return job;
