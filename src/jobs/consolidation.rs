@@ -325,14 +325,26 @@ impl Consolidator {
                 _ = self.wake.notified() => {}
                 _ = poll.tick() => {}
                 _ = schedule.tick(), if self.config.interval_secs > 0 => {
-                    match self.schedule().await {
-                        Ok(n) => tracing::info!(agents = n, "consolidation scheduled"),
-                        Err(e) => tracing::error!(error = ?e, "could not schedule consolidation"),
+                    // Stopped at shutdown like the jobs below.
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        outcome = self.schedule() => match outcome {
+                            Ok(n) => tracing::info!(agents = n, "consolidation scheduled"),
+                            Err(e) => tracing::error!(error = ?e, "could not schedule consolidation"),
+                        },
                     }
                 }
             }
-            if let Err(e) = self.run_queued().await {
-                tracing::error!(error = ?e, "consolidation jobs could not be run; retrying");
+            // A shutdown does not wait for a run (a slow model can take
+            // minutes): the group in flight rolls back with its transaction,
+            // and its job, left `running`, is taken again once it is stale.
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                outcome = self.run_queued() => {
+                    if let Err(e) = outcome {
+                        tracing::error!(error = ?e, "consolidation jobs could not be run; retrying");
+                    }
+                }
             }
         }
     }
