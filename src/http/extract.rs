@@ -391,22 +391,19 @@ impl Auth {
     /// The key's id (never the key) is recorded in the request's span as
     /// `key_id`, also when its scope is too small.
     pub fn authorize(&self, headers: &axum::http::HeaderMap, needs: Scope) -> Result<String, ApiError> {
-        self.authorize_key(headers, needs).map(|(tenant, _)| tenant)
+        self.identify(headers)?.allow(needs).map(|(tenant, ..)| tenant)
     }
 
-    /// `authorize`, with the key's id (`keyless` without keys).
-    pub fn authorize_key(&self, headers: &axum::http::HeaderMap, needs: Scope) -> Result<(String, String), ApiError> {
-        self.authorize_agents(headers, needs).map(|(tenant, id, _)| (tenant, id))
-    }
-
-    /// `authorize_key`, with the agents the key acts for.
-    pub fn authorize_agents(
-        &self,
-        headers: &axum::http::HeaderMap,
-        needs: Scope,
-    ) -> Result<(String, String, Agents), ApiError> {
+    /// Who a request's key is (401 when it has none or an unknown one),
+    /// before any scope is asked for.
+    fn identify(&self, headers: &axum::http::HeaderMap) -> Result<Caller, ApiError> {
         if self.is_open() {
-            return Ok((self.open_tenant.clone(), KEYLESS_ACTOR.to_string(), Agents::all()));
+            return Ok(Caller {
+                tenant: self.open_tenant.clone(),
+                key_id: KEYLESS_ACTOR.to_string(),
+                scope: Scope::Admin,
+                agents: Agents::all(),
+            });
         }
         let token = headers
             .get(axum::http::header::AUTHORIZATION)
@@ -415,18 +412,49 @@ impl Auth {
             .ok_or(ApiError::Unauthorized)?;
         let key = self.key_of(token).ok_or(ApiError::Unauthorized)?;
         tracing::Span::current().record("key_id", tracing::field::display(&key.id));
-        if key.scope < needs {
-            return Err(ApiError::InsufficientScope { has: key.scope, needs });
-        }
-        Ok((key.tenant.clone(), key.id.clone(), key.agents.clone()))
+        Ok(Caller { tenant: key.tenant.clone(), key_id: key.id.clone(), scope: key.scope, agents: key.agents.clone() })
     }
+}
+
+/// The key a request carries, identified once per request: a handler takes
+/// several extractors (its tenant, its agents, the key's id), and each would
+/// otherwise hash the token against every configured key again.
+#[derive(Debug, Clone)]
+struct Caller {
+    tenant: String,
+    key_id: String,
+    scope: Scope,
+    agents: Agents,
+}
+
+impl Caller {
+    fn allow(self, needs: Scope) -> Result<(String, String, Agents), ApiError> {
+        if self.scope < needs {
+            return Err(ApiError::InsufficientScope { has: self.scope, needs });
+        }
+        Ok((self.tenant, self.key_id, self.agents))
+    }
+}
+
+/// The request's caller, from its extensions when an earlier extractor
+/// identified it, then checked against `needs`.
+fn authorized(parts: &mut Parts, state: &AppState, needs: Scope) -> Result<(String, String, Agents), ApiError> {
+    let caller = match parts.extensions.get::<Caller>() {
+        Some(c) => c.clone(),
+        None => {
+            let c = state.auth.identify(&parts.headers)?;
+            parts.extensions.insert(c.clone());
+            c
+        }
+    };
+    caller.allow(needs)
 }
 
 impl FromRequestParts<AppState> for Tenant {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        state.auth.authorize(&parts.headers, Scope::ReadWrite).map(Tenant)
+        authorized(parts, state, Scope::ReadWrite).map(|(tenant, ..)| Tenant(tenant))
     }
 }
 
@@ -434,7 +462,7 @@ impl FromRequestParts<AppState> for ReadTenant {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        state.auth.authorize(&parts.headers, Scope::Read).map(ReadTenant)
+        authorized(parts, state, Scope::Read).map(|(tenant, ..)| ReadTenant(tenant))
     }
 }
 
@@ -442,7 +470,7 @@ impl FromRequestParts<AppState> for AdminActor {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let (tenant, key_id) = state.auth.authorize_key(&parts.headers, Scope::Admin)?;
+        let (tenant, key_id, _) = authorized(parts, state, Scope::Admin)?;
         Ok(AdminActor { tenant, key_id })
     }
 }
@@ -456,7 +484,7 @@ impl FromRequestParts<AppState> for KeyId {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        state.auth.authorize_key(&parts.headers, Scope::Read).map(|(_, id)| KeyId(id))
+        authorized(parts, state, Scope::Read).map(|(_, id, _)| KeyId(id))
     }
 }
 
@@ -464,7 +492,7 @@ impl FromRequestParts<AppState> for Agents {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        state.auth.authorize_agents(&parts.headers, Scope::Read).map(|(_, _, agents)| agents)
+        authorized(parts, state, Scope::Read).map(|(_, _, agents)| agents)
     }
 }
 
@@ -472,7 +500,7 @@ impl FromRequestParts<AppState> for AdminTenant {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        state.auth.authorize(&parts.headers, Scope::Admin).map(AdminTenant)
+        authorized(parts, state, Scope::Admin).map(|(tenant, ..)| AdminTenant(tenant))
     }
 }
 
