@@ -98,22 +98,6 @@ fn provenance(method: &str, job_id: Uuid, sources: &[Uuid]) -> Map<String, Value
     metadata
 }
 
-/// The episodes a derived record names as its sources, read from its
-/// metadata (empty for any other record).
-pub fn sources_of(m: &Memory) -> Vec<Uuid> {
-    m.metadata
-        .get(METADATA_KEY)
-        .and_then(|c| c.get("source_episode_ids"))
-        .and_then(Value::as_array)
-        .map(|ids| ids.iter().filter_map(|v| v.as_str()?.parse().ok()).collect())
-        .unwrap_or_default()
-}
-
-/// Whether a memory was written by consolidation.
-pub fn is_derived(m: &Memory) -> bool {
-    m.metadata.contains_key(METADATA_KEY)
-}
-
 /// The summary of a group: its most telling sentences, verbatim; `None`
 /// when the group has a single episode (the summary would be the episode
 /// again) or nothing to say.
@@ -510,10 +494,7 @@ mod tests {
         assert_eq!(d.retention, Some(Retention::LongTerm));
         assert_eq!(d.user_id.as_deref(), Some("ann"));
         assert_eq!(d.metadata[METADATA_KEY]["method"], METHOD_EXTRACTIVE);
-        let mut summary = episode(Some("ann"), Some("s1"), 3, &d.content);
-        summary.metadata = d.metadata.clone();
-        assert_eq!(sources_of(&summary), vec![eps[0].id, eps[1].id]);
-        assert!(is_derived(&summary) && !is_derived(&eps[0]));
+        assert_eq!(d.metadata[METADATA_KEY]["source_episode_ids"], json!([eps[0].id, eps[1].id]));
         // Every sentence of the summary is one of its episodes'.
         for s in extract::sentences(&d.content) {
             assert!(eps.iter().any(|e| e.content.contains(s.trim())), "{s}");
