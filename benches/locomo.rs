@@ -81,6 +81,11 @@ struct Args {
     /// evidence turns, so this measures what they cost recall.
     #[arg(long)]
     consolidate: bool,
+    /// Queue a consolidation of every conversation's agent and search at
+    /// once, without waiting: reports search latency while the jobs run
+    /// against after them. Recall from such a run mixes both states.
+    #[arg(long, conflicts_with = "consolidate")]
+    consolidate_during: bool,
     /// `cargo bench` passes this to every bench binary; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -327,6 +332,36 @@ impl Api {
             eprintln!("  consolidated {}: {report}", c.sample_id);
         }
         Ok((episodes, summaries, facts, started.elapsed().as_secs_f64()))
+    }
+
+    /// Queues a consolidation of every conversation's agent; returns the
+    /// jobs' paths.
+    async fn queue_consolidation(&self, loaded: &Loaded) -> anyhow::Result<Vec<String>> {
+        let mut paths = Vec::new();
+        for c in &loaded.conversations {
+            let (job, _) = self.post("/v1/consolidation", &json!({"agent_id": c.agent_id})).await?;
+            paths.push(format!("/v1/consolidation/{}", job["id"].as_str().context("no job id")?));
+        }
+        Ok(paths)
+    }
+
+    /// Waits until every job ended; returns when, and the episodes they took.
+    async fn jobs_done(&self, paths: &[String]) -> anyhow::Result<(Instant, u64)> {
+        let mut episodes = 0;
+        for path in paths {
+            loop {
+                let job = self.get(path).await?;
+                match job["state"].as_str() {
+                    Some("completed") => {
+                        episodes += job["report"]["episodes"].as_u64().unwrap_or(0);
+                        break;
+                    }
+                    Some("failed") => bail!("a consolidation failed: {job}"),
+                    _ => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
+        }
+        Ok((Instant::now(), episodes))
     }
 
     /// The ranked results of one search: dia_id (None when a result has none) and the raw result.
@@ -715,14 +750,28 @@ async fn main() -> anyhow::Result<()> {
         false => None,
     };
 
+    let api = std::sync::Arc::new(api);
+    let during = match args.consolidate_during {
+        true => {
+            let paths = api.queue_consolidation(&loaded).await?;
+            eprintln!("queued {} consolidations; searching while they run", paths.len());
+            let api = api.clone();
+            Some(tokio::spawn(async move { api.jobs_done(&paths).await }))
+        }
+        false => None,
+    };
+    let derived_allowed = args.consolidate || args.consolidate_during;
+
     eprintln!("searching {} questions (top_k {TOP_K}, server defaults)", loaded.questions.len());
     let started = Instant::now();
     let mut searched = Vec::with_capacity(loaded.questions.len());
+    let mut began = Vec::with_capacity(loaded.questions.len());
     for (i, q) in loaded.questions.iter().enumerate() {
         let c = &loaded.conversations[q.conversation];
+        began.push(Instant::now());
         let s =
             api.search(c, &q.text, None).await.with_context(|| format!("{}: searching {:?}", c.sample_id, q.text))?;
-        if !args.consolidate && s.ranked.iter().any(Option::is_none) {
+        if !derived_allowed && s.ranked.iter().any(Option::is_none) {
             bail!("{}: a search result has no metadata.dia_id", c.sample_id);
         }
         searched.push(s);
@@ -753,6 +802,31 @@ async fn main() -> anyhow::Result<()> {
     println!("Search latency (client, concurrency 1) and the mean of the server's timings, ms");
     println!();
     print!("{}", latency_table(&loaded, &searched));
+    if let Some(task) = during {
+        let (done, episodes) = task.await??;
+        let secs = done.duration_since(started).as_secs_f64();
+        let split = |while_running: bool| {
+            let mut ms: Vec<f64> = searched
+                .iter()
+                .zip(&began)
+                .filter(|(_, b)| (**b < done) == while_running)
+                .map(|(s, _)| s.latency.as_secs_f64() * 1e3)
+                .collect();
+            ms.sort_by(f64::total_cmp);
+            (ms.len(), percentile(&ms, 50.0), percentile(&ms, 95.0))
+        };
+        println!();
+        println!(
+            "Search latency while consolidation ran ({episodes} episodes, done {secs:.1} s after the first search)"
+        );
+        println!();
+        println!("| searches | n | p50 ms | p95 ms |");
+        println!("|---|---:|---:|---:|");
+        for (name, flag) in [("while consolidating", true), ("after", false)] {
+            let (n, p50, p95) = split(flag);
+            println!("| {name} | {n} | {p50:.1} | {p95:.1} |");
+        }
+    }
 
     let passes = match args.diagnose {
         Some(_) => diagnosis_passes(&api, &loaded).await?,

@@ -211,8 +211,26 @@ pub struct ConsolidationConfig {
     /// Episodes waiting past which the backlog is logged as a warning
     /// (`engram_consolidation_backlog_episodes` has the figure).
     pub backlog_alert_episodes: u64,
-    /// What happens to the episodes a summary covers: `keep` (the default).
+    /// What happens to the episodes a summary covers: `keep` (the default),
+    /// `shorten` (each lives at most `sources_retention_secs` more) or
+    /// `delete` (the summary and facts replace them).
     pub sources: String,
+    /// Under `sources = "shorten"`: the most a covered episode lives after
+    /// its consolidation.
+    pub sources_retention_secs: u64,
+    /// A new fact of a multi-valued predicate whose object is at least this
+    /// alike (cosine, by the embedder) to a current fact's of the same
+    /// subject and predicate is a near duplicate: the contradiction rule
+    /// keeps one. Above 1 turns merging off.
+    pub merge_cosine: f64,
+}
+
+impl ConsolidationConfig {
+    /// `sources` as a policy (checked when the configuration loads).
+    pub fn source_policy(&self) -> crate::domain::consolidate::SourcePolicy {
+        crate::domain::consolidate::SourcePolicy::parse(&self.sources, self.sources_retention_secs)
+            .unwrap_or(crate::domain::consolidate::SourcePolicy::Keep)
+    }
 }
 
 impl Default for ConsolidationConfig {
@@ -225,6 +243,8 @@ impl Default for ConsolidationConfig {
             batch_size: 500,
             backlog_alert_episodes: 10_000,
             sources: "keep".into(),
+            sources_retention_secs: 7 * 86_400,
+            merge_cosine: 0.85,
         }
     }
 }
@@ -1008,8 +1028,14 @@ impl Config {
         if self.llm.timeout_ms == 0 || self.llm.max_output_tokens == 0 {
             return bad("llm.timeout_ms", "timeout_ms and max_output_tokens must be greater than 0");
         }
-        if c.sources != "keep" {
-            return bad("consolidation.sources", "must be \"keep\" (the only policy so far)");
+        if crate::domain::consolidate::SourcePolicy::parse(&c.sources, c.sources_retention_secs).is_none() {
+            return bad("consolidation.sources", "must be \"keep\", \"shorten\" or \"delete\"");
+        }
+        if c.sources == "shorten" && c.sources_retention_secs == 0 {
+            return bad("consolidation.sources_retention_secs", "must be greater than 0 under sources = \"shorten\"");
+        }
+        if !c.merge_cosine.is_finite() || c.merge_cosine < 0.0 {
+            return bad("consolidation.merge_cosine", "must be a number from 0 (above 1 turns merging off)");
         }
         if crate::domain::validate::identifier("", &self.auth.default_tenant).is_err() {
             return bad("auth.default_tenant", "must be a 1-64 character identifier");

@@ -7,7 +7,8 @@
 //! for the vector) and a read of the session's working memory. Each
 //! candidate gets the five score components (`domain::scoring`); candidates are deduplicated across tiers (same
 //! normalised text, then cosine ≥ `search.dedup_cosine`; the better scored
-//! stays) and the best `top_k` returned. Access counts are updated off the
+//! stays; a consolidation summary gives way to an episode it covers) and the
+//! best `top_k` returned. Access counts are updated off the
 //! response path, in batches.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -20,6 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use crate::domain::consolidate;
 use crate::domain::content::normalize_into;
 use crate::domain::context::{self, Allocation, Candidate, PackedItem, Tokenizer};
 use crate::domain::scoring::{self, Components, Weights};
@@ -411,17 +413,24 @@ impl MemoryService {
     /// with the square of what is kept); the session's working memory is
     /// always considered. Stops at `total` kept: a search returns only its
     /// best `top_k`, so the rest of a long session is never compared.
+    ///
+    /// A consolidation summary and an episode it covers are duplicates too,
+    /// whichever ranks higher: the episode, the record itself, is kept and
+    /// the summary, its gist, goes (it stands for episodes that were not
+    /// found, or no longer exist).
     fn dedup(&self, scored: impl Iterator<Item = Scored>, keep: usize, total: usize) -> Vec<Scored> {
         let mut seen_text: HashSet<String> = HashSet::new();
         let mut text = String::new();
         let mut kept: Vec<Scored> = Vec::with_capacity(keep.min(scored.size_hint().1.unwrap_or(0)));
         let mut persistent = 0;
+        // Episodes the kept summaries cover, with the summary's id.
+        let mut covered: HashMap<Uuid, Uuid> = HashMap::new();
         for s in scored {
             if kept.len() == total {
                 break;
             }
             let is_persistent = s.memory.tier != Tier::Working;
-            if is_persistent && persistent == keep {
+            if is_persistent && persistent == keep && !covered.contains_key(&s.memory.id) {
                 continue;
             }
             normalize_into(&s.memory.content, &mut text);
@@ -431,10 +440,21 @@ impl MemoryService {
             let near = s.vector.as_ref().is_some_and(|v| {
                 kept.iter().any(|k| k.vector.as_ref().is_some_and(|kv| cosine(v, kv) >= self.dedup_cosine))
             });
-            if !near {
-                persistent += usize::from(is_persistent);
-                kept.push(s);
+            if near {
+                continue;
             }
+            let sources = consolidate::summarised(&s.memory);
+            if sources.iter().any(|id| kept.iter().any(|k| k.memory.id == *id)) {
+                continue;
+            }
+            if let Some(summary) = covered.get(&s.memory.id).copied() {
+                kept.retain(|k| k.memory.id != summary);
+                covered.retain(|_, by| *by != summary);
+                persistent -= 1;
+            }
+            covered.extend(sources.into_iter().map(|id| (id, s.memory.id)));
+            persistent += usize::from(is_persistent);
+            kept.push(s);
         }
         kept
     }

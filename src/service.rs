@@ -260,15 +260,20 @@ impl MemoryService {
         }
     }
 
-    /// Writes what consolidation made from `sources` (summaries, facts) by
-    /// the ordinary rules, with the trust of consolidation, and marks the
-    /// sources consolidated in the same transaction (`write::write_consolidated`).
+    /// Writes what consolidation made of a group (summaries, facts) by the
+    /// ordinary rules, with the trust of consolidation, and in the same
+    /// transaction marks its episodes consolidated, counts the outcomes they
+    /// report for skills and hands them on as `group.policy` says
+    /// (`write::write_consolidated`). A new fact of a multi-valued predicate
+    /// that nearly repeats a current one (objects at least `merge_cosine`
+    /// alike) is settled against it by the contradiction rule.
     pub async fn write_consolidated(
         &self,
         tenant: &str,
         drafts: Vec<Draft>,
-        sources: &[Uuid],
-    ) -> ServiceResult<Vec<WrittenMemory>> {
+        group: &crate::store::write::GroupEffects<'_>,
+        merge_cosine: f64,
+    ) -> ServiceResult<crate::store::write::Consolidated> {
         let now = self.clock.now();
         // A derived record the write rules refuse (a field too long, say)
         // is left out, not allowed to stop its group forever.
@@ -284,7 +289,7 @@ impl MemoryService {
         }
         let texts = memories.iter().map(|m| m.content.clone()).collect();
         let embeddings = self.embed_one_each(tenant, texts).await?;
-        let prepared: Vec<PreparedMemory> = memories
+        let mut prepared: Vec<PreparedMemory> = memories
             .iter()
             .zip(embeddings)
             .map(|(m, embedding)| PreparedMemory {
@@ -292,8 +297,50 @@ impl MemoryService {
                 ..self.prepare(m, embedding)
             })
             .collect();
+        for p in prepared.iter_mut() {
+            p.near_duplicates = self.near_duplicates(tenant, p, merge_cosine).await?;
+        }
         let tx = self.store.begin().await?;
-        Ok(crate::store::write::write_consolidated(tx, tenant, &prepared, sources, now).await?)
+        let done = crate::store::write::write_consolidated(tx, tenant, &prepared, group, now).await?;
+        for id in &done.skills {
+            self.evict_skill(tenant, *id).await;
+        }
+        Ok(done)
+    }
+
+    /// The current facts of a new fact's subject and predicate (a
+    /// multi-valued one) whose objects are at least `threshold` alike to
+    /// its object, by the embedder; none without one. Read before the write
+    /// transaction (embedding inside it would hold its locks); the write
+    /// checks they are still current.
+    async fn near_duplicates(&self, tenant: &str, p: &PreparedMemory, threshold: f64) -> ServiceResult<Vec<Uuid>> {
+        let m = &p.memory;
+        let (Some(subject), Some(predicate), Some(object)) = (&m.subject, &m.predicate, &m.object) else {
+            return Ok(Vec::new());
+        };
+        if !p.multi_valued || self.embedder.is_none() || threshold > 1.0 {
+            return Ok(Vec::new());
+        }
+        let namespace = m.namespace();
+        let slot = crate::store::write::Slot { agent_id: &m.agent_id, namespace: &namespace, subject, predicate };
+        let now = self.clock.now();
+        let others: Vec<Memory> = {
+            let mut tx = self.store.begin().await?;
+            tx.slot_facts(tenant, &slot, None).await?
+        }
+        .into_iter()
+        .filter(|f| !f.is_expired(now) && f.object.as_deref().is_some_and(|o| o != object))
+        .collect();
+        if others.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut texts = vec![object.clone()];
+        texts.extend(others.iter().map(|f| f.object.clone().unwrap_or_default()));
+        let mut vectors = self.embed_one_each(tenant, texts).await?.into_iter().map(|e| e.map(|e| e.vector));
+        let Some(Some(new)) = vectors.next() else { return Ok(Vec::new()) };
+        let others: Vec<(Uuid, Vec<f32>)> =
+            others.iter().zip(vectors).filter_map(|(f, v)| v.map(|v| (f.id, v))).collect();
+        Ok(crate::domain::consolidate::near_duplicates(&new, &others, threshold))
     }
 
     /// Writes committed entries to working memory and takes them out of the

@@ -33,7 +33,7 @@ use uuid::Uuid;
 
 use super::draft::Draft;
 use super::extract;
-use super::memory::{EventType, Memory, Retention, Tier};
+use super::memory::{EventType, Memory, Outcome, Retention, Tier};
 
 /// The metadata key under which derived records say how they were made.
 pub const METADATA_KEY: &str = "consolidation";
@@ -127,6 +127,21 @@ pub fn summary_draft(agent_id: &str, group: &Group<'_>, sentences: usize, job_id
         event_type: Some(EventType::Observation),
         ..Draft::default()
     })
+}
+
+/// The episodes a summary covers (`metadata.consolidation.source_episode_ids`);
+/// empty for any other memory.
+pub fn summarised(memory: &Memory) -> Vec<Uuid> {
+    if memory.tier != Tier::Episodic {
+        return Vec::new();
+    }
+    memory
+        .metadata
+        .get(METADATA_KEY)
+        .and_then(|c| c.get("source_episode_ids"))
+        .and_then(Value::as_array)
+        .map(|ids| ids.iter().filter_map(|v| v.as_str()?.parse().ok()).collect())
+        .unwrap_or_default()
 }
 
 /// How a predicate reads in a fact's sentence.
@@ -367,6 +382,110 @@ pub fn model_fact_drafts(
         .collect()
 }
 
+/// What happens to the episodes a summary covers once it is written
+/// (`consolidation.sources`). Only a group that got a summary hands its
+/// episodes on: a lone episode is its own summary and keeps its retention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourcePolicy {
+    /// They stay with their own retention (the default).
+    Keep,
+    /// Each lives at most this long from its consolidation.
+    Shorten(chrono::Duration),
+    /// Deleted in the transaction that writes their summary: the summary
+    /// and the facts replace them.
+    Delete,
+}
+
+impl SourcePolicy {
+    /// The policy named `name` (`keep`, `shorten`, `delete`); `shorten`
+    /// keeps sources `retention_secs` at most.
+    pub fn parse(name: &str, retention_secs: u64) -> Option<SourcePolicy> {
+        match name {
+            "keep" => Some(SourcePolicy::Keep),
+            "shorten" => Some(SourcePolicy::Shorten(
+                i64::try_from(retention_secs)
+                    .ok()
+                    .and_then(chrono::Duration::try_seconds)
+                    .unwrap_or(chrono::Duration::MAX),
+            )),
+            "delete" => Some(SourcePolicy::Delete),
+            _ => None,
+        }
+    }
+
+    /// Under `Shorten`, the expiry a source consolidated at `now` gets when
+    /// that is sooner than its own (`expires_at`); `None` when it keeps its
+    /// own.
+    pub fn shortened(self, expires_at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let SourcePolicy::Shorten(at_most) = self else { return None };
+        let cap = now.checked_add_signed(at_most)?;
+        match expires_at {
+            Some(own) if own <= cap => None,
+            _ => Some(cap),
+        }
+    }
+}
+
+/// The metadata key by which an episode names the skill it used; with the
+/// episode's `outcome` it moves the skill's counters once, when the episode
+/// is consolidated.
+pub const SKILL_KEY: &str = "skill";
+
+/// What the episodes of a group report about one of the agent's skills.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkillOutcomes {
+    pub skill_name: String,
+    pub successes: i32,
+    pub failures: i32,
+}
+
+/// The outcomes a group's episodes report per skill, in the order the
+/// skills first appear: an episode naming a skill (`metadata.skill`, a
+/// string) counts one success or one failure; `partial`, `unknown` and no
+/// outcome count nothing, as in the success rate itself.
+pub fn skill_outcomes(group: &Group<'_>) -> Vec<SkillOutcomes> {
+    let mut out: Vec<SkillOutcomes> = Vec::new();
+    for m in &group.episodes {
+        let Some(name) = m.metadata.get(SKILL_KEY).and_then(Value::as_str).map(str::trim) else { continue };
+        let (s, f) = match m.outcome {
+            Some(Outcome::Success) => (1, 0),
+            Some(Outcome::Failure) => (0, 1),
+            _ => continue,
+        };
+        if name.is_empty() {
+            continue;
+        }
+        match out.iter_mut().find(|o| o.skill_name == name) {
+            Some(o) => {
+                o.successes += s;
+                o.failures += f;
+            }
+            None => out.push(SkillOutcomes { skill_name: name.to_string(), successes: s, failures: f }),
+        }
+    }
+    out
+}
+
+/// The facts of a slot family (one subject and predicate) that a new fact
+/// nearly repeats: those whose object's vector is at least `threshold`
+/// cosine to the new object's. The contradiction rule then
+/// keeps one of them, the more trusted and confident (`domain::facts`).
+pub fn near_duplicates(object: &[f32], others: &[(Uuid, Vec<f32>)], threshold: f64) -> Vec<Uuid> {
+    others
+        .iter()
+        .filter(|(_, v)| v.len() == object.len() && cosine(object, v) >= threshold)
+        .map(|(id, _)| *id)
+        .collect()
+}
+
+/// The cosine of two vectors (0 when either is all zeros).
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    let n = norm(a) * norm(b);
+    if n > 0.0 { dot / n } else { 0.0 }
+}
+
 /// Where a consolidation job is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -409,8 +528,17 @@ pub struct JobReport {
     pub facts: u64,
     /// Facts the agent already held (same content): nothing new written.
     pub facts_deduplicated: u64,
-    /// Facts kept as candidates behind a current fact they contradict.
+    /// Facts kept as candidates behind a current fact they contradict or
+    /// nearly repeat.
     pub facts_candidates: u64,
+    /// Skills whose success and failure counts moved by the outcomes their
+    /// episodes reported (`metadata.skill`).
+    pub skills_updated: u64,
+    /// Episodes deleted once a summary covered them (`consolidation.sources = "delete"`).
+    pub episodes_deleted: u64,
+    /// Episodes whose retention was cut once a summary covered them
+    /// (`consolidation.sources = "shorten"`).
+    pub episodes_shortened: u64,
     /// The summaries and facts written, by id.
     pub memory_ids: Vec<Uuid>,
 }
@@ -538,6 +666,58 @@ mod tests {
         assert_eq!(parse_summary(&json!({"summary": " Ann moved. "})).unwrap(), "Ann moved.");
         assert!(parse_summary(&json!({"summary": ""})).is_err());
         assert!(parse_summary(&json!({"text": "x"})).is_err());
+    }
+
+    #[test]
+    fn a_group_reports_each_skills_successes_and_failures() {
+        let mut eps = vec![
+            episode(None, Some("s"), 1, "a"),
+            episode(None, Some("s"), 2, "b"),
+            episode(None, Some("s"), 3, "c"),
+            episode(None, Some("s"), 4, "d"),
+            episode(None, Some("s"), 5, "e"),
+        ];
+        let uses =
+            [("book", Some(Outcome::Success)), ("book", Some(Outcome::Failure)), ("book", Some(Outcome::Partial))];
+        for (e, (skill, outcome)) in eps.iter_mut().zip(uses) {
+            e.metadata.insert(SKILL_KEY.into(), json!(skill));
+            e.outcome = outcome;
+        }
+        // Not a string, and an outcome without a skill: nothing.
+        eps[3].metadata.insert(SKILL_KEY.into(), json!(7));
+        eps[3].outcome = Some(Outcome::Success);
+        eps[4].outcome = Some(Outcome::Success);
+        let gs = groups(&eps, 20);
+        assert_eq!(
+            skill_outcomes(&gs[0]),
+            vec![SkillOutcomes { skill_name: "book".into(), successes: 1, failures: 1 }]
+        );
+    }
+
+    #[test]
+    fn shorten_only_ever_brings_an_expiry_closer() {
+        let now = DateTime::from_timestamp(1_780_000_000, 0).unwrap();
+        let p = SourcePolicy::parse("shorten", 3600).unwrap();
+        let hour = chrono::Duration::hours(1);
+        assert_eq!(p.shortened(None, now), Some(now + hour));
+        assert_eq!(p.shortened(Some(now + hour * 5), now), Some(now + hour));
+        assert_eq!(p.shortened(Some(now + chrono::Duration::minutes(5)), now), None);
+        assert_eq!(SourcePolicy::Keep.shortened(None, now), None);
+        assert_eq!(SourcePolicy::parse("drop", 1), None);
+        assert_eq!(SourcePolicy::parse("delete", 1), Some(SourcePolicy::Delete));
+        // Longer than time can hold: no cut.
+        let forever = SourcePolicy::parse("shorten", u64::MAX).unwrap();
+        assert_eq!(forever.shortened(None, now), None);
+    }
+
+    #[test]
+    fn near_duplicates_are_those_at_or_over_the_threshold() {
+        let (a, b, c) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
+        let others = vec![(a, vec![1.0, 0.0]), (b, vec![0.6, 0.8]), (c, vec![1.0, 0.0, 0.0])];
+        // Unnormalised input reads the same; a vector of another length never matches.
+        assert_eq!(near_duplicates(&[2.0, 0.0], &others, 0.9), vec![a]);
+        assert_eq!(near_duplicates(&[1.0, 0.0], &others, 0.6), vec![a, b]);
+        assert_eq!(near_duplicates(&[0.0, 0.0], &others, 0.5), Vec::<Uuid>::new());
     }
 
     #[test]

@@ -125,6 +125,21 @@ pub fn upsert_skill(stored: &SkillState, upserted: &Memory, reward: Option<f64>)
     SkillState { skill, reward_count }
 }
 
+/// A skill with outcomes its episodes reported added by consolidation: the
+/// counters and the success rate move, and nothing else (the text, the
+/// version and the rewards are the agent's to change).
+pub fn count_outcomes(skill: &Memory, successes: i32, failures: i32, now: DateTime<Utc>) -> Memory {
+    let success = skill.success_count.unwrap_or(0).saturating_add(successes);
+    let failure = skill.failure_count.unwrap_or(0).saturating_add(failures);
+    Memory {
+        success_count: Some(success),
+        failure_count: Some(failure),
+        success_rate: Some(success_rate(success, failure)),
+        updated_at: now,
+        ..skill.clone()
+    }
+}
+
 /// The mean of `count` rewards averaging `mean`, and one more.
 fn running_mean(mean: f64, count: i32, reward: f64) -> f64 {
     (mean * f64::from(count) + reward) / f64::from(count + 1)
@@ -203,6 +218,18 @@ mod tests {
         // No reward: the mean and its count stay.
         let third = upsert_skill(&next, &new_row(&skill_write("v3", None, None), t1, None, Source::Agent), None);
         assert_eq!((third.skill.avg_reward, third.reward_count, third.skill.version), (Some(0.125), 2, Some(3)));
+    }
+
+    #[test]
+    fn counting_outcomes_moves_only_the_counters() {
+        let t0 = DateTime::from_timestamp(1_780_000_000, 0).unwrap();
+        let t1 = t0 + chrono::Duration::hours(1);
+        let skill = new_row(&skill_write("v1", Some(Outcome::Success), Some(0.5)), t0, None, Source::Agent);
+        let next = count_outcomes(&skill, 2, 1, t1);
+        assert_eq!((next.success_count, next.failure_count), (Some(3), Some(1)));
+        assert_eq!(next.success_rate, Some(0.75));
+        assert_eq!((next.version, next.avg_reward, &next.content), (skill.version, skill.avg_reward, &skill.content));
+        assert_eq!(next.updated_at, t1);
     }
 
     #[test]

@@ -31,6 +31,7 @@ use crate::llm::{Llm, LlmError, Task};
 use crate::service::{MemoryService, ServiceError};
 use crate::store::StoreError;
 use crate::store::consolidate::Consolidations;
+use crate::store::write::GroupEffects;
 
 /// A job marked running for this long without finishing is taken to have
 /// lost its process, and is run again.
@@ -237,16 +238,33 @@ impl Consolidator {
                 }
             };
             let sources: Vec<Uuid> = group.episodes.iter().map(|m| m.id).collect();
-            let written = match self.service.write_consolidated(&job.tenant, drafts, &sources).await {
-                Ok(w) => w,
+            let skills = consolidate::skill_outcomes(&group);
+            let effects = GroupEffects {
+                agent_id: &job.agent_id,
+                sources: &sources,
+                policy: self.config.source_policy(),
+                skills: &skills,
+            };
+            let merge = self.config.merge_cosine;
+            let done = match self.service.write_consolidated(&job.tenant, drafts, &effects, merge).await {
+                Ok(done) => done,
                 // Its episodes changed meanwhile (erased, expired, taken by
                 // another run): left for the next run to read again.
                 Err(ServiceError::Store(StoreError::Conflict(_))) => continue,
                 Err(e) => return Err(e.into()),
             };
             report.episodes += sources.len() as u64;
+            report.skills_updated += done.skills.len() as u64;
+            report.episodes_deleted += done.sources_deleted;
+            report.episodes_shortened += done.sources_shortened;
             metrics::counter!("engram_consolidated_episodes_total").increment(sources.len() as u64);
-            for w in written {
+            metrics::counter!("engram_consolidation_records_total", "kind" => "skill_updated")
+                .increment(done.skills.len() as u64);
+            metrics::counter!("engram_consolidation_records_total", "kind" => "source_deleted")
+                .increment(done.sources_deleted);
+            metrics::counter!("engram_consolidation_records_total", "kind" => "source_shortened")
+                .increment(done.sources_shortened);
+            for w in done.written {
                 let kind = match (w.memory.tier, w.deduplicated, w.memory.contested_by.is_some()) {
                     (Tier::Episodic, ..) => {
                         report.summaries += 1;

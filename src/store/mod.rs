@@ -115,6 +115,10 @@ pub struct PreparedMemory {
     pub multi_valued: bool,
     /// A copy shared by another agent: where it came from.
     pub provenance: Option<crate::domain::share::Provenance>,
+    /// Semantic, written by consolidation: current facts of the same subject
+    /// and predicate that this one nearly repeats
+    /// (`domain::consolidate::near_duplicates`); the write keeps one of them.
+    pub near_duplicates: Vec<Uuid>,
 }
 
 impl PreparedMemory {
@@ -129,6 +133,7 @@ impl PreparedMemory {
             source: crate::domain::facts::Source::Agent,
             multi_valued: false,
             provenance: None,
+            near_duplicates: Vec::new(),
         }
     }
 }

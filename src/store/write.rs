@@ -19,8 +19,9 @@ use super::{
     Embedding, IdempotencyKey, PreparedMemory, RenderResponse, StoreError, StoreResult, StoredMemory, StoredResponse,
     WriteOutcome,
 };
+use crate::domain::consolidate::{SkillOutcomes, SourcePolicy};
 use crate::domain::facts::{self, Claim, Verdict};
-use crate::domain::rows::{SkillState, new_row, upsert_skill};
+use crate::domain::rows::{SkillState, count_outcomes, new_row, upsert_skill};
 use crate::domain::{Memory, MemoryPatch, Tier, WrittenMemory};
 
 /// What an update does to the stored vector.
@@ -152,17 +153,17 @@ fn lock_keys(tenant: &str, items: &[PreparedMemory]) -> Vec<String> {
                     keys.push(format!("slot\u{1f}{tenant}\u{1f}{}\u{1f}{ns}\u{1f}{s}\u{1f}{pr}", m.agent_id));
                 }
             }
-            Tier::Procedural => keys.push(format!(
-                "skill\u{1f}{tenant}\u{1f}{}\u{1f}{}",
-                m.agent_id,
-                m.skill_name.as_deref().unwrap_or_default()
-            )),
+            Tier::Procedural => keys.push(skill_key(tenant, &m.agent_id, m.skill_name.as_deref().unwrap_or_default())),
             Tier::Episodic | Tier::Working => {}
         }
     }
     keys.sort_unstable();
     keys.dedup();
     keys
+}
+
+fn skill_key(tenant: &str, agent_id: &str, skill_name: &str) -> String {
+    format!("skill\u{1f}{tenant}\u{1f}{agent_id}\u{1f}{skill_name}")
 }
 
 /// Writes a batch in one transaction, all or nothing, and remembers the
@@ -210,9 +211,10 @@ pub async fn write_consolidated(
     mut tx: Box<dyn WriteTx>,
     tenant: &str,
     items: &[PreparedMemory],
-    sources: &[Uuid],
+    group: &GroupEffects<'_>,
     now: DateTime<Utc>,
-) -> StoreResult<Vec<WrittenMemory>> {
+) -> StoreResult<Consolidated> {
+    let sources = group.sources;
     let mut users: Vec<String> = items.iter().filter_map(|p| p.memory.user_id.clone()).collect();
     users.sort_unstable();
     users.dedup();
@@ -220,17 +222,92 @@ pub async fn write_consolidated(
     if marked != sources.len() as u64 {
         return Err(StoreError::Conflict("episodes changed while they were consolidated".into()));
     }
-    tx.lock(&lock_keys(tenant, items)).await?;
-    let mut written = Vec::with_capacity(items.len());
+    let mut keys = lock_keys(tenant, items);
+    keys.extend(group.skills.iter().map(|s| skill_key(tenant, group.agent_id, &s.skill_name)));
+    keys.sort_unstable();
+    keys.dedup();
+    tx.lock(&keys).await?;
+    let mut out = Consolidated::default();
     for p in items {
-        written.push(write_one(tx.as_mut(), tenant, p, now).await?);
+        out.written.push(write_one(tx.as_mut(), tenant, p, now).await?);
     }
     // A summary is itself an episode: it is never consolidated again.
-    let summaries: Vec<Uuid> =
-        written.iter().filter(|w| w.memory.tier == Tier::Episodic && !w.deduplicated).map(|w| w.memory.id).collect();
+    let summaries: Vec<Uuid> = out
+        .written
+        .iter()
+        .filter(|w| w.memory.tier == Tier::Episodic && !w.deduplicated)
+        .map(|w| w.memory.id)
+        .collect();
     tx.mark_consolidated(tenant, &[], &summaries, now).await?;
+
+    // The skills the episodes used: their outcomes counted once, here.
+    for o in group.skills {
+        let Some(state) = tx.skill(tenant, group.agent_id, &o.skill_name).await? else { continue };
+        if state.skill.is_expired(now) {
+            continue;
+        }
+        let skill = count_outcomes(&state.skill, o.successes, o.failures, now);
+        let row = StoredMemory {
+            content_hash: crate::domain::content::content_hash(&skill.content),
+            memory: skill,
+            reward_count: Some(state.reward_count),
+            embedding: None,
+        };
+        out.skills.push(tx.update(tenant, &row, VectorChange::Keep).await?.id);
+    }
+
+    // Sources a summary now covers go as the policy says.
+    if !summaries.is_empty() {
+        match group.policy {
+            SourcePolicy::Keep => {}
+            SourcePolicy::Delete => {
+                for id in sources {
+                    if tx.delete(tenant, *id).await?.is_some() {
+                        out.sources_deleted += 1;
+                    }
+                }
+            }
+            SourcePolicy::Shorten(_) => {
+                for id in sources {
+                    let Some((mut episode, reward_count)) = tx.row(tenant, *id).await? else { continue };
+                    let Some(expires_at) = group.policy.shortened(episode.expires_at, now) else { continue };
+                    episode.expires_at = Some(expires_at);
+                    let row = StoredMemory {
+                        content_hash: crate::domain::content::content_hash(&episode.content),
+                        memory: episode,
+                        reward_count: Some(reward_count),
+                        embedding: None,
+                    };
+                    tx.update(tenant, &row, VectorChange::Keep).await?;
+                    out.sources_shortened += 1;
+                }
+            }
+        }
+    }
     tx.commit().await?;
-    Ok(written)
+    Ok(out)
+}
+
+/// What one consolidated group does beside writing its summary and facts.
+#[derive(Debug, Clone)]
+pub struct GroupEffects<'a> {
+    pub agent_id: &'a str,
+    /// The group's episodes, marked consolidated in the same transaction.
+    pub sources: &'a [Uuid],
+    /// What becomes of them once a summary covers them.
+    pub policy: SourcePolicy,
+    /// The outcomes they report for the agent's skills.
+    pub skills: &'a [SkillOutcomes],
+}
+
+/// What writing a consolidated group did.
+#[derive(Debug, Default)]
+pub struct Consolidated {
+    pub written: Vec<WrittenMemory>,
+    /// Skills whose counters moved.
+    pub skills: Vec<Uuid>,
+    pub sources_deleted: u64,
+    pub sources_shortened: u64,
 }
 
 fn stored(memory: Memory, p: &PreparedMemory, reward_count: i32) -> StoredMemory {
@@ -319,13 +396,18 @@ async fn write_fact(
     if let (Some(subject), Some(predicate)) = (&m.subject, &m.predicate) {
         let slot = Slot { agent_id: &m.agent_id, namespace: &namespace, subject, predicate };
         let object = p.multi_valued.then_some(m.object.as_deref());
-        let current: Vec<(Uuid, Claim)> = tx
-            .slot_facts(tenant, &slot, object)
-            .await?
-            .iter()
-            .filter(|f| !f.is_expired(now))
-            .map(|f| (f.id, claim_of(f)))
-            .collect();
+        let mut facts = tx.slot_facts(tenant, &slot, object).await?;
+        if p.multi_valued && !p.near_duplicates.is_empty() {
+            // Facts of other objects that this one nearly repeats (found by
+            // consolidation) share its slot: one of them is kept.
+            for f in tx.slot_facts(tenant, &slot, None).await? {
+                if p.near_duplicates.contains(&f.id) && !facts.iter().any(|x| x.id == f.id) {
+                    facts.push(f);
+                }
+            }
+        }
+        let current: Vec<(Uuid, Claim)> =
+            facts.iter().filter(|f| !f.is_expired(now)).map(|f| (f.id, claim_of(f))).collect();
         match facts::contest(&claim_of(&row), &current) {
             Verdict::Takes { retire, supersedes } => {
                 tx.retire_facts(tenant, &retire, now).await?;

@@ -151,6 +151,159 @@ async fn old_episodes_become_summaries_and_facts_once_and_the_users_erasure_take
 }
 
 #[tokio::test]
+async fn episodes_naming_a_skill_move_its_counters_once() {
+    let app = spawn_isolated(|_| {}).await;
+    let skill = app
+        .write_one(json!({"agent_id": "a", "tier": "procedural", "skill_name": "book_flight",
+                          "content": "Book a flight through the airline API", "outcome": "success"}))
+        .await;
+    let id = skill["id"].as_str().unwrap();
+    // Read once, so a stale cached copy would show.
+    let (_, before) = app.get_json(&format!("/v1/memories/{id}")).await;
+    assert_eq!((before["success_count"].as_i64(), before["failure_count"].as_i64()), (Some(1), Some(0)), "{before}");
+    let used = |skill: &str, outcome: &str| {
+        json!({"agent_id": "a", "session_id": "s", "tier": "episodic", "content": format!("Tried {skill}: {outcome}"),
+               "outcome": outcome, "metadata": {"skill": skill}})
+    };
+    app.write(json!({"memories": [
+        used("book_flight", "success"), used("book_flight", "failure"), used("book_flight", "failure"),
+        used("book_flight", "partial"), used("no_such_skill", "success"),
+        {"agent_id": "a", "session_id": "s", "tier": "episodic", "content": "No skill here", "outcome": "failure"},
+    ]}))
+    .await;
+    app.clock.advance(Age::hours(2));
+    let job = consolidate(&app, "a").await;
+    assert_eq!(job["report"]["skills_updated"], 1, "{job}");
+    let (_, after) = app.get_json(&format!("/v1/memories/{id}")).await;
+    assert_eq!((after["success_count"].as_i64(), after["failure_count"].as_i64()), (Some(2), Some(2)), "{after}");
+    assert_eq!(after["success_rate"], 0.5, "{after}");
+    assert_eq!((&after["version"], &after["content"]), (&before["version"], &before["content"]), "{after}");
+
+    // Each episode counts once.
+    app.clock.advance(Age::hours(2));
+    let again = consolidate(&app, "a").await;
+    assert_eq!((again["report"]["episodes"].as_u64(), again["report"]["skills_updated"].as_u64()), (Some(0), Some(0)));
+    let (_, last) = app.get_json(&format!("/v1/memories/{id}")).await;
+    assert_eq!(last["success_count"], 2, "{last}");
+}
+
+#[tokio::test]
+async fn covered_episodes_are_deleted_or_shortened_as_configured_and_erasure_still_finds_what_replaced_them() {
+    let episode = |session: &str, content: &str| json!({"agent_id": "a", "user_id": "ann", "session_id": session, "tier": "episodic", "content": content});
+    let batch = json!({"memories": [
+        episode("s1", "My name is Ann and I'm allergic to peanuts."),
+        episode("s1", "We decided to ship the beta on Friday."),
+        episode("s1", "The deploy failed because of a timeout."),
+        episode("s2", "I live in Lisbon."),
+    ]});
+
+    // delete: the summary and the facts replace the episodes they cover; a
+    // lone episode (nothing summarises it) stays.
+    let app = spawn_isolated(|c| c.consolidation.sources = "delete".into()).await;
+    let eps = app.write(batch.clone()).await;
+    app.clock.advance(Age::hours(2));
+    let job = consolidate(&app, "a").await;
+    assert_eq!((job["report"]["episodes"].as_u64(), job["report"]["episodes_deleted"].as_u64()), (Some(4), Some(3)));
+    for e in &eps[..3] {
+        let r = app.get(&format!("/v1/memories/{}", e["id"].as_str().unwrap())).await;
+        assert_eq!(r.status(), StatusCode::NOT_FOUND, "{e}");
+    }
+    let (status, _) = app.get_json(&format!("/v1/memories/{}", eps[3]["id"].as_str().unwrap())).await;
+    assert_eq!(status, StatusCode::OK, "the lone episode stays");
+    let summaries = derived(&all_of(&app, "a", "episodic").await);
+    assert_eq!(summaries.len(), 1, "{summaries:?}");
+    let sources = summaries[0]["metadata"]["consolidation"]["source_episode_ids"].as_array().unwrap().clone();
+    assert_eq!(sources.len(), 3);
+    let facts = derived(&all_of(&app, "a", "semantic").await);
+    assert!(facts.iter().any(|f| f["predicate"] == "allergic_to"), "{facts:?}");
+    // Ann's erasure finds the summary and facts by her id, their sources gone.
+    let (status, accepted) = post_json(&app, "/v1/erasure", &json!({"user_id": "ann"})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    wait_for(&app, accepted["id"].as_str().unwrap(), "completed").await;
+    let left = [all_of(&app, "a", "episodic").await, all_of(&app, "a", "semantic").await].concat();
+    assert!(left.is_empty(), "{left:?}");
+
+    // shorten: they live at most sources_retention_secs more.
+    let app = spawn_isolated(|c| {
+        c.consolidation.sources = "shorten".into();
+        c.consolidation.sources_retention_secs = 3600;
+    })
+    .await;
+    let eps = app.write(batch).await;
+    app.clock.advance(Age::hours(2));
+    let job = consolidate(&app, "a").await;
+    assert_eq!(job["report"]["episodes_shortened"], 3, "{job}");
+    let (_, covered) = app.get_json(&format!("/v1/memories/{}", eps[0]["id"].as_str().unwrap())).await;
+    let expires: chrono::DateTime<chrono::Utc> = covered["expires_at"].as_str().unwrap().parse().unwrap();
+    let created: chrono::DateTime<chrono::Utc> = covered["created_at"].as_str().unwrap().parse().unwrap();
+    assert_eq!(expires - created, Age::hours(3), "consolidated two hours after it was written, plus one: {covered}");
+    let (_, lone) = app.get_json(&format!("/v1/memories/{}", eps[3]["id"].as_str().unwrap())).await;
+    assert_eq!(lone["expires_at"], eps[3]["expires_at"], "{lone}");
+    app.clock.advance(Age::hours(2));
+    for e in &eps[..3] {
+        let r = app.get(&format!("/v1/memories/{}", e["id"].as_str().unwrap())).await;
+        assert_eq!(r.status(), StatusCode::NOT_FOUND, "expired: {e}");
+    }
+    assert_eq!(derived(&all_of(&app, "a", "episodic").await).len(), 1, "the summary keeps its own retention");
+}
+
+#[tokio::test]
+async fn a_fact_that_nearly_repeats_one_of_the_same_predicate_is_merged_into_it() {
+    // The bundled model: the default threshold is set for it.
+    let app = spawn_isolated(crate::helpers::use_local_model).await;
+    let said = |content: &str| json!({"agent_id": "a", "user_id": "ann", "tier": "episodic", "content": content});
+    // The agent's own fact, more trusted than anything consolidation reads.
+    let own = app
+        .write_one(json!({"agent_id": "a", "user_id": "ann", "tier": "semantic", "content": "Ann likes hiking",
+                          "subject": "ann", "predicate": "likes", "object": "hiking"}))
+        .await;
+    app.write(json!({"memories": [said("I love going hiking."), said("I love jazz.")]})).await;
+    app.clock.advance(Age::hours(2));
+    consolidate(&app, "a").await;
+    let (_, listed) = app.get_json("/v1/memories?agent_id=a&tier=semantic&include_superseded=true&limit=200").await;
+    let likes: Vec<&Value> =
+        listed["memories"].as_array().unwrap().iter().filter(|f| f["predicate"] == "likes").collect();
+    let current: Vec<&str> =
+        likes.iter().filter(|f| f["valid_until"].is_null()).map(|f| f["object"].as_str().unwrap()).collect();
+    assert_eq!(current.len(), 2, "hiking once and jazz: {likes:?}");
+    assert!(current.contains(&"jazz"), "{likes:?}");
+    let (_, still) = app.get_json(&format!("/v1/memories/{}", own["id"].as_str().unwrap())).await;
+    assert_eq!(still["valid_until"], Value::Null, "the agent's fact stays current: {still}");
+}
+
+#[tokio::test]
+async fn a_summary_gives_way_to_the_episodes_it_covers_in_search_and_stands_for_them_once_they_are_gone() {
+    let app = spawn_isolated(|_| {}).await;
+    let said = |content: &str| json!({"agent_id": "a", "session_id": "s", "tier": "episodic", "content": content});
+    let eps = app
+        .write(json!({"memories": [
+            said("We decided to move the product launch to Friday."),
+            said("The launch venue is the harbour warehouse."),
+            said("Catering for the launch was booked with Rosa's kitchen."),
+        ]}))
+        .await;
+    app.clock.advance(Age::hours(2));
+    consolidate(&app, "a").await;
+    let summary = derived(&all_of(&app, "a", "episodic").await).pop().expect("a summary");
+    async fn search(app: &TestApp) -> Vec<Value> {
+        let q = json!({"agent_id": "a", "query": "When and where is the product launch?", "top_k": 10});
+        let (status, found) = post_json(app, "/v1/memories/search", &q).await;
+        assert_eq!(status, StatusCode::OK, "{found}");
+        found["results"].as_array().unwrap().iter().map(|r| r["memory"]["id"].clone()).collect()
+    }
+    let ids = search(&app).await;
+    assert!(!ids.contains(&summary["id"]), "the summary beside its episodes: {ids:?}");
+    assert!(eps.iter().all(|e| ids.contains(&e["id"])), "{ids:?}");
+
+    // Once its episodes are gone the summary is what recall finds.
+    for e in &eps {
+        let r = app.delete(&format!("/v1/memories/{}", e["id"].as_str().unwrap())).await;
+        assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    }
+    assert_eq!(search(&app).await, vec![summary["id"].clone()]);
+}
+
+#[tokio::test]
 async fn a_job_is_the_tenants_and_its_agents_and_bad_requests_name_the_field() {
     let t = format!("s-{}", Uuid::new_v4().simple());
     let server = spawn_isolated(|c| {

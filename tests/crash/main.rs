@@ -5,8 +5,11 @@
 //! warning. `load` kills it under a write load and reads every acknowledged
 //! id back; `outbox` kills it between a batch's Postgres commit and its
 //! Redis write and checks that the batch ends up whole, once; `erasure`
-//! kills it among an erasure's deletes and checks that the erasure resumes.
+//! kills it among an erasure's deletes and checks that the erasure resumes;
+//! `consolidation` kills it among a consolidation's groups and checks that a
+//! new run takes each episode the killed one had not reached, once.
 
+mod consolidation;
 mod erasure;
 mod load;
 mod outbox;
