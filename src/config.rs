@@ -84,8 +84,8 @@ pub struct SearchConfig {
     /// episode written just before or after) added to an episode's relevance;
     /// 0 turns the neighbour lookup off.
     pub neighbour_share: f64,
-    /// Divide the persistent tiers' relevance by the best candidate's, so the
-    /// best match of every query has relevance 1.
+    /// Spread the persistent tiers' relevance over the search's candidates:
+    /// 1 for the best, 0 for the median and below (`recall::stretch`).
     pub relative_relevance: bool,
     /// Candidates the context builder considers before packing.
     pub context_candidates: usize,

@@ -27,6 +27,7 @@ use crate::domain::context::{self, Allocation, Candidate, PackedItem, Tokenizer}
 use crate::domain::scoring::{self, Components, Weights};
 use crate::domain::tokens::{Bpe, Encoding};
 use crate::domain::validate::FieldError;
+use crate::domain::words::{QueryTerms, TermWeights, body};
 use crate::domain::{Memory, Tier};
 use crate::service::{MemoryService, ServiceError, ServiceResult};
 use crate::store::{Embedding, Hit, SearchQuery};
@@ -211,9 +212,54 @@ struct Scored {
     own: f64,
 }
 
-/// The best full-text rank among the candidates.
-fn best_text_rank(hits: &[Hit]) -> f64 {
-    hits.iter().filter_map(|h| h.text_rank).fold(0.0f64, f64::max)
+/// What the text leg weighs a search's candidates by: the query's terms,
+/// each candidate's matches, and the terms' weights among the candidates.
+struct TextWeights {
+    terms: QueryTerms,
+    matches: HashMap<Uuid, u64>,
+    weights: TermWeights,
+}
+
+impl TextWeights {
+    fn new(query: &str, hits: &[Hit]) -> TextWeights {
+        let terms = QueryTerms::new(query);
+        let matches: HashMap<Uuid, u64> = hits.iter().map(|h| (h.memory.id, terms.matches(&body(&h.memory)))).collect();
+        let weights = TermWeights::new(terms.len(), matches.values().copied());
+        TextWeights { terms, matches, weights }
+    }
+
+    /// Adds candidates found later (neighbours) without changing the weights.
+    fn add(&mut self, hit: &Hit) {
+        let m = self.terms.matches(&body(&hit.memory));
+        self.matches.insert(hit.memory.id, m);
+    }
+
+    fn coverage(&self, id: Uuid) -> f64 {
+        self.weights.coverage(self.matches.get(&id).copied().unwrap_or(0))
+    }
+}
+
+/// Spreads the candidates' relevance over [0, 1]: the best candidate's is
+/// 1, the median candidate's and below 0, linear between. Dividing by the
+/// best alone kept the spread of the raw values, which is narrow when every
+/// candidate shares the query's topic (a name in every memory, cosines of
+/// 0.72 and 0.76), so importance or recency decided instead of relevance.
+/// A search's candidates are its best matches and their neighbours, so the
+/// median marks "plausible" for this query; a single candidate, or all
+/// equal, keep relevance relative to the best.
+fn stretch(relevance: &mut [f64]) {
+    let best = relevance.iter().copied().fold(0.0, f64::max);
+    if best <= 0.0 {
+        return;
+    }
+    let mut sorted = relevance.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[(sorted.len() - 1) / 2];
+    if best > median {
+        relevance.iter_mut().for_each(|r| *r = ((*r - median) / (best - median)).max(0.0));
+    } else {
+        relevance.iter_mut().for_each(|r| *r /= best);
+    }
 }
 
 /// Most candidates whose neighbours are looked up.
@@ -224,24 +270,27 @@ impl MemoryService {
         params.weights.or_else(|| self.agent_weights.get(&params.agent_id).copied()).unwrap_or_default()
     }
 
-    /// A candidate's relevance from the two legs (text rank relative to the
-    /// best among the candidates).
-    fn fused(&self, h: &Hit, best_rank: f64, vector_leg: bool, text_leg: bool) -> f64 {
-        let text = h.text_rank.map(|r| if best_rank > 0.0 { (r / best_rank).min(1.0) } else { 0.0 });
-        scoring::fuse(h.similarity, text, vector_leg, text_leg, self.vector_share)
+    /// A candidate's relevance from the two legs: its cosine to the query,
+    /// and the share of the query's term weight its text holds
+    /// (`TextWeights`). Both mean the same whatever the other candidates
+    /// are, so a relevance compares across queries; the stores' own text
+    /// ranks only choose the text leg's candidates.
+    fn fused(&self, h: &Hit, text: &TextWeights, vector_leg: bool, text_leg: bool) -> f64 {
+        let text_leg = text_leg && !text.terms.is_empty();
+        scoring::fuse(h.similarity, Some(text.coverage(h.memory.id)), vector_leg, text_leg, self.vector_share)
     }
 
     /// The episodic candidates whose neighbours are worth reading: the most
     /// relevant, at most `keep` and `MAX_ANCHORS`; none when neighbours count
     /// for nothing.
-    fn anchors(&self, hits: &[Hit], best_rank: f64, vector_leg: bool, text_leg: bool, keep: usize) -> Vec<Uuid> {
+    fn anchors(&self, hits: &[Hit], text: &TextWeights, vector_leg: bool, text_leg: bool, keep: usize) -> Vec<Uuid> {
         if self.neighbour_share == 0.0 {
             return Vec::new();
         }
         let mut episodes: Vec<(f64, Uuid)> = hits
             .iter()
             .filter(|h| h.memory.tier == Tier::Episodic)
-            .map(|h| (self.fused(h, best_rank, vector_leg, text_leg), h.memory.id))
+            .map(|h| (self.fused(h, text, vector_leg, text_leg), h.memory.id))
             .collect();
         episodes.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         episodes.into_iter().take(keep.min(MAX_ANCHORS)).map(|(_, id)| id).collect()
@@ -324,9 +373,9 @@ impl MemoryService {
         // a question often shares no word with it ("Adoption agencies.")
         // while the turn before it does ("What did you research?").
         let mut hits = legs.hits;
-        let best_rank = best_text_rank(&hits);
+        let mut text = TextWeights::new(&p.query, &hits);
         let mut next_to: HashMap<Uuid, Vec<Uuid>> = HashMap::new();
-        let anchors = self.anchors(&hits, best_rank, legs.vector_leg, legs.text_leg, keep);
+        let anchors = self.anchors(&hits, &text, legs.vector_leg, legs.text_leg, keep);
         if !anchors.is_empty() {
             let t = Instant::now();
             let mut known: HashSet<Uuid> = hits.iter().map(|h| h.memory.id).collect();
@@ -336,6 +385,7 @@ impl MemoryService {
                 if let Some(hit) = a.hit
                     && known.insert(a.id)
                 {
+                    text.add(&hit);
                     hits.push(hit);
                 }
                 if known.contains(&a.id) {
@@ -350,7 +400,7 @@ impl MemoryService {
         // Each candidate's own relevance (what `min_relevance` is compared
         // with), then plus the share of its better neighbour's.
         let own: HashMap<Uuid, f64> =
-            hits.iter().map(|h| (h.memory.id, self.fused(h, best_rank, legs.vector_leg, legs.text_leg))).collect();
+            hits.iter().map(|h| (h.memory.id, self.fused(h, &text, legs.vector_leg, legs.text_leg))).collect();
         let mut relevance: Vec<f64> = hits
             .iter()
             .map(|h| {
@@ -360,9 +410,8 @@ impl MemoryService {
                 own[&id] + self.neighbour_share * neighbour
             })
             .collect();
-        let best = relevance.iter().copied().fold(0.0, f64::max);
-        if self.relative_relevance && best > 0.0 {
-            relevance.iter_mut().for_each(|r| *r /= best);
+        if self.relative_relevance {
+            stretch(&mut relevance);
         }
         let mut scored: Vec<Scored> = Vec::with_capacity(hits.len() + working.len());
         let mut push = |memory: Memory, own: f64, relevance: f64, vector: Option<Vec<f32>>| {
@@ -540,6 +589,21 @@ impl MemoryService {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn relevance_spans_the_median_to_the_best_candidate() {
+        let mut r = vec![0.76, 0.72, 0.65, 0.58, 0.57];
+        stretch(&mut r);
+        // The median is 0.65: 0.72 lies 0.07 of the 0.11 above it.
+        assert!((r[0] - 1.0).abs() < 1e-12 && (r[1] - 0.07 / 0.11).abs() < 1e-9, "{r:?}");
+        assert_eq!(r[2..], [0.0, 0.0, 0.0]);
+        let mut one = vec![0.4];
+        stretch(&mut one);
+        assert_eq!(one, [1.0]);
+        let mut none = vec![0.0, 0.0];
+        stretch(&mut none);
+        assert_eq!(none, [0.0, 0.0]);
+    }
 
     #[test]
     fn overlap_is_the_share_of_query_words_found() {

@@ -72,7 +72,7 @@ pub struct MemoryService {
     pub vector_share: f64,
     /// Share of the better neighbouring episode's relevance added to an episode's.
     pub neighbour_share: f64,
-    /// Persistent relevance divided by the best candidate's.
+    /// Persistent relevance spread from the median candidate's to the best's.
     pub relative_relevance: bool,
     /// Candidates scored before context packing.
     pub context_candidates: usize,

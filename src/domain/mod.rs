@@ -22,6 +22,7 @@ pub mod scoring;
 pub mod share;
 pub mod tokens;
 pub mod validate;
+pub mod words;
 
 pub use memory::{EventType, Memory, MemoryPatch, NewMemory, Outcome, Retention, Tier, WrittenMemory};
 pub use retention::{Period, RetentionPolicy};

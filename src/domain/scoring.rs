@@ -114,8 +114,11 @@ pub fn tier_bonus(tier: Tier) -> f64 {
 ///
 /// - `vector`: cosine similarity to the query, clamped to [0, 1] (negative
 ///   similarity carries no information worth ranking on).
-/// - `text`: the full-text score divided by the best full-text score among
-///   this query's candidates, so in [0, 1] with 1 for the best textual match.
+/// - `text`: the share of the query's term weight the memory's text holds,
+///   each term weighed by how rare it is among the search's candidates
+///   (`words::TermWeights`), in [0, 1]: a word every candidate holds adds
+///   almost nothing, and the value does not depend on how well the best
+///   candidate matched.
 ///
 /// When both legs ran: 0.6·vector + 0.4·text. Each leg also scores the
 /// other leg's candidates (the store computes the cosine of full-text hits

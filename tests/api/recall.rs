@@ -424,3 +424,76 @@ async fn a_reply_is_found_through_the_turn_before_it() {
     let kept = contents(&search(&app, floored).await);
     assert!(kept.contains(&turns[0].to_string()) && !kept.contains(&turns[1].to_string()), "{kept:?}");
 }
+
+/// Small stores where one name or topic is in every memory and each question
+/// has one right answer: it must come first on either backend, with the
+/// server's defaults and the bundled model.
+#[tokio::test]
+async fn a_word_in_every_memory_does_not_decide_and_the_right_answer_comes_first() {
+    // (agent, memories, questions with the index of their answer)
+    type Store<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, usize)]);
+    let stores: [Store; 2] = [
+        (
+            "people",
+            &[
+                "Alice works night shifts as a nurse.",
+                "Alice is allergic to peanuts.",
+                "Alice has a flat in Porto with her two cats.",
+                "Alice's favourite band is Radiohead.",
+                "Bob is a carpenter who builds boats.",
+                "Bob is allergic to shellfish.",
+                "Bob moved to Oslo last spring.",
+            ],
+            &[
+                ("What does Alice do for a living?", 0),
+                ("What is Alice allergic to?", 1),
+                ("Where is Alice's home?", 2),
+                ("What music does Alice like?", 3),
+                ("What is Bob's job?", 4),
+                ("Which city did Bob move to?", 6),
+            ],
+        ),
+        (
+            "project",
+            &[
+                "The Atlas project deadline is March 3.",
+                "The Atlas project budget is 40,000 euros.",
+                "The Atlas project is led by Priya.",
+                "The Atlas project stores its data in Postgres.",
+                "The Atlas project demo went badly on Tuesday.",
+            ],
+            &[
+                ("When is the Atlas project due?", 0),
+                ("How much money does the Atlas project have?", 1),
+                ("Who leads the Atlas project?", 2),
+                ("Which database does the Atlas project use?", 3),
+                ("How did the Atlas demo go?", 4),
+            ],
+        ),
+    ];
+    let db = if embedded() { None } else { Some(fresh_database().await) };
+    let app = spawn_app_with(|c| {
+        use_local_model(c);
+        if let Some(db) = &db {
+            c.database.url = db.clone();
+        }
+    })
+    .await;
+    let mut wrong = Vec::new();
+    for (agent, memories, questions) in stores {
+        let batch: Vec<Value> = memories.iter().map(|m| json!({"agent_id": agent, "content": m})).collect();
+        app.write(json!({"memories": batch})).await;
+        for (question, answer) in questions {
+            let results = search(&app, json!({"agent_id": agent, "query": question, "top_k": 3})).await;
+            let first = contents(&results).into_iter().next().unwrap_or_default();
+            if first != memories[*answer] {
+                wrong.push(format!("{question:?}: {first:?} came first, not {:?}", memories[*answer]));
+            }
+        }
+    }
+    drop(app);
+    if let Some(db) = db {
+        drop_database(&db).await;
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}

@@ -11,11 +11,9 @@
 //! so ranking every match of a long query costs about a millisecond and the
 //! rank of any other row a few microseconds.
 //!
-//! Words are what Postgres's `to_tsvector('english', ...)` makes of the text:
-//! letters and digits (everything else separates), lowercased, accents
-//! folded, the English stop words dropped, Snowball's English stemmer
-//! applied. The stop words still count towards a text's length, as every
-//! token does in bm25's length normalisation.
+//! Words are what Postgres's `to_tsvector('english', ...)` makes of the text
+//! (`domain::words`). The stop words still count towards a text's length, as
+//! every token does in bm25's length normalisation.
 //!
 //! bm25 is Robertson's, as FTS5 computes it: k1 = 1.2, b = 0.75, idf =
 //! ln((N - n + 0.5) / (n + 0.5)) floored at 1e-6, where N, n and the average
@@ -28,91 +26,20 @@
 //!
 //! Must not: decide what is visible on its own, or read the database after `load`.
 
-use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::LazyLock;
 
-use rust_stemmers::{Algorithm, Stemmer};
 use sqlx::SqlitePool;
-use unicode_normalization::UnicodeNormalization;
-use unicode_normalization::char::is_combining_mark;
 use uuid::Uuid;
 
 use super::vectors::{Entry, ScanFilter};
+use crate::domain::words::{STEMMER, body_of, tokens};
+pub use crate::domain::words::{body, query_terms};
 use crate::domain::{Memory, Tier};
 
 /// bm25's term-frequency saturation and length normalisation (FTS5's values).
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
-
-/// Postgres's English stop words (`tsearch_data/english.stop`), dropped as
-/// `to_tsvector('english', ...)` drops them.
-// Kept compact by hand: one word per line would take 127 lines.
-#[rustfmt::skip]
-const STOP_WORDS: &[&str] = &[
-    "i", "me", "my", "myself", "we", "our", "ours", "ourselves", "you", "your", "yours", "yourself", "yourselves",
-    "he", "him", "his", "himself", "she", "her", "hers", "herself", "it", "its", "itself", "they", "them", "their",
-    "theirs", "themselves", "what", "which", "who", "whom", "this", "that", "these", "those", "am", "is", "are",
-    "was", "were", "be", "been", "being", "have", "has", "had", "having", "do", "does", "did", "doing", "a", "an",
-    "the", "and", "but", "if", "or", "because", "as", "until", "while", "of", "at", "by", "for", "with", "about",
-    "against", "between", "into", "through", "during", "before", "after", "above", "below", "to", "from", "up",
-    "down", "in", "out", "on", "off", "over", "under", "again", "further", "then", "once", "here", "there", "when",
-    "where", "why", "how", "all", "any", "both", "each", "few", "more", "most", "other", "some", "such", "no",
-    "nor", "not", "only", "own", "same", "so", "than", "too", "very", "s", "t", "can", "will", "just", "don",
-    "should", "now",
-];
-
-static STOP: LazyLock<HashSet<&'static str>> = LazyLock::new(|| STOP_WORDS.iter().copied().collect());
-
-static STEMMER: LazyLock<Stemmer> = LazyLock::new(|| Stemmer::create(Algorithm::English));
-
-/// Calls `f` with each token of `text` (lowercased, accents folded) and
-/// whether it is a stop word.
-fn tokens(text: &str, mut f: impl FnMut(&str, bool)) {
-    let mut lower = String::new();
-    for word in text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
-        lower.clear();
-        if word.is_ascii() {
-            lower.push_str(word);
-            lower.make_ascii_lowercase();
-        } else {
-            lower.extend(word.nfd().filter(|c| !is_combining_mark(*c)).flat_map(char::to_lowercase));
-        }
-        f(&lower, STOP.contains(lower.as_str()));
-    }
-}
-
-/// The distinct search words of a query, stemmed, in order of appearance.
-/// Empty when every word is a stop word.
-pub fn query_terms(text: &str) -> Vec<String> {
-    let mut terms: Vec<String> = Vec::new();
-    tokens(text, |word, stop| {
-        if !stop {
-            let stem = STEMMER.stem(word).into_owned();
-            if !terms.contains(&stem) {
-                terms.push(stem);
-            }
-        }
-    });
-    terms
-}
-
-/// The text a memory is found by: its content, and for a skill its name
-/// and trigger pattern too (what Postgres's `search_tsv` is generated from).
-pub fn body(m: &Memory) -> Cow<'_, str> {
-    body_of(m.tier, &m.content, m.skill_name.as_deref(), m.trigger_pattern.as_deref())
-}
-
-/// `body` from the columns it is made of.
-fn body_of<'a>(tier: Tier, content: &'a str, skill_name: Option<&str>, trigger: Option<&str>) -> Cow<'a, str> {
-    if tier == Tier::Procedural {
-        let (name, trigger) = (skill_name.unwrap_or_default(), trigger.unwrap_or_default());
-        Cow::Owned(format!("{name} {content} {trigger}"))
-    } else {
-        Cow::Borrowed(content)
-    }
-}
 
 /// Which rows one search ranks together: one tenant's agent.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -539,6 +466,8 @@ impl TextIndex {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
     use super::*;
 
     fn entry(id: u128, tier: Tier) -> Entry {

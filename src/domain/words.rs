@@ -1,0 +1,210 @@
+//! Words as full-text search reads them, for every backend: letters and
+//! digits (everything else separates), lowercased, accents folded, the
+//! English stop words dropped, Snowball's English stemmer applied — what
+//! Postgres's `to_tsvector('english', ...)` makes of a text. The embedded
+//! backend's index is built from them (`store::sqlite::text`), and recall
+//! weighs a query's terms with them (`TermWeights`).
+//!
+//! Must not: touch storage.
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::sync::LazyLock;
+
+use rust_stemmers::{Algorithm, Stemmer};
+use unicode_normalization::UnicodeNormalization;
+use unicode_normalization::char::is_combining_mark;
+
+use super::{Memory, Tier};
+
+/// Postgres's English stop words (`tsearch_data/english.stop`), dropped as
+/// `to_tsvector('english', ...)` drops them.
+// Kept compact by hand: one word per line would take 127 lines.
+#[rustfmt::skip]
+const STOP_WORDS: &[&str] = &[
+    "i", "me", "my", "myself", "we", "our", "ours", "ourselves", "you", "your", "yours", "yourself", "yourselves",
+    "he", "him", "his", "himself", "she", "her", "hers", "herself", "it", "its", "itself", "they", "them", "their",
+    "theirs", "themselves", "what", "which", "who", "whom", "this", "that", "these", "those", "am", "is", "are",
+    "was", "were", "be", "been", "being", "have", "has", "had", "having", "do", "does", "did", "doing", "a", "an",
+    "the", "and", "but", "if", "or", "because", "as", "until", "while", "of", "at", "by", "for", "with", "about",
+    "against", "between", "into", "through", "during", "before", "after", "above", "below", "to", "from", "up",
+    "down", "in", "out", "on", "off", "over", "under", "again", "further", "then", "once", "here", "there", "when",
+    "where", "why", "how", "all", "any", "both", "each", "few", "more", "most", "other", "some", "such", "no",
+    "nor", "not", "only", "own", "same", "so", "than", "too", "very", "s", "t", "can", "will", "just", "don",
+    "should", "now",
+];
+
+static STOP: LazyLock<HashSet<&'static str>> = LazyLock::new(|| STOP_WORDS.iter().copied().collect());
+
+pub static STEMMER: LazyLock<Stemmer> = LazyLock::new(|| Stemmer::create(Algorithm::English));
+
+/// Calls `f` with each token of `text` (lowercased, accents folded) and
+/// whether it is a stop word.
+pub fn tokens(text: &str, mut f: impl FnMut(&str, bool)) {
+    let mut lower = String::new();
+    for word in text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
+        lower.clear();
+        if word.is_ascii() {
+            lower.push_str(word);
+            lower.make_ascii_lowercase();
+        } else {
+            lower.extend(word.nfd().filter(|c| !is_combining_mark(*c)).flat_map(char::to_lowercase));
+        }
+        f(&lower, STOP.contains(lower.as_str()));
+    }
+}
+
+/// The distinct search words of a query, stemmed, in order of appearance.
+/// Empty when every word is a stop word.
+pub fn query_terms(text: &str) -> Vec<String> {
+    let mut terms: Vec<String> = Vec::new();
+    tokens(text, |word, stop| {
+        if !stop {
+            let stem = STEMMER.stem(word).into_owned();
+            if !terms.contains(&stem) {
+                terms.push(stem);
+            }
+        }
+    });
+    terms
+}
+
+/// The text a memory is found by: its content, and for a skill its name
+/// and trigger pattern too (what Postgres's `search_tsv` is generated from).
+pub fn body(m: &Memory) -> Cow<'_, str> {
+    body_of(m.tier, &m.content, m.skill_name.as_deref(), m.trigger_pattern.as_deref())
+}
+
+/// `body` from the columns it is made of.
+pub fn body_of<'a>(tier: Tier, content: &'a str, skill_name: Option<&str>, trigger: Option<&str>) -> Cow<'a, str> {
+    if tier == Tier::Procedural {
+        let (name, trigger) = (skill_name.unwrap_or_default(), trigger.unwrap_or_default());
+        Cow::Owned(format!("{name} {content} {trigger}"))
+    } else {
+        Cow::Borrowed(content)
+    }
+}
+
+/// Calls `f` with each search term of `text`: its words that are not stop
+/// words, stemmed.
+pub fn each_term(text: &str, mut f: impl FnMut(&str)) {
+    tokens(text, |word, stop| {
+        if !stop {
+            f(&STEMMER.stem(word));
+        }
+    });
+}
+
+/// A query's search terms (at most `MAX_TERMS`, in order of appearance),
+/// matched against candidates' texts.
+pub struct QueryTerms(Vec<String>);
+
+/// Query terms beyond this many are not weighed (a question has a handful).
+pub const MAX_TERMS: usize = 64;
+
+impl QueryTerms {
+    pub fn new(query: &str) -> QueryTerms {
+        let mut terms = query_terms(query);
+        terms.truncate(MAX_TERMS);
+        QueryTerms(terms)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Which of the terms `text` holds: bit i for term i.
+    pub fn matches(&self, text: &str) -> u64 {
+        let mut mask = 0u64;
+        if self.0.is_empty() {
+            return mask;
+        }
+        each_term(text, |t| {
+            if let Some(i) = self.0.iter().position(|q| q == t) {
+                mask |= 1 << i;
+            }
+        });
+        mask
+    }
+}
+
+/// How much each query term tells the candidates of one search apart: its
+/// inverse document frequency among them, so that a word every candidate
+/// holds (a name in every fact of a small agent) adds almost nothing and a
+/// word few hold counts most. Counted over the candidates, not the whole
+/// store, so that every backend weighs alike without term statistics of its
+/// own; the vector leg's candidates, found by meaning, keep the counts from
+/// being only those of the rows that matched the words.
+pub struct TermWeights {
+    idf: Vec<f64>,
+    total: f64,
+}
+
+impl TermWeights {
+    /// The weights of `terms` terms over candidates given by their matches
+    /// (`QueryTerms::matches`): bm25's idf with 1 added inside the
+    /// logarithm, so that it stays positive for a term most of them hold.
+    pub fn new(terms: usize, matches: impl IntoIterator<Item = u64>) -> TermWeights {
+        let mut df = vec![0u32; terms.min(MAX_TERMS)];
+        let mut n = 0u32;
+        for mask in matches {
+            n += 1;
+            for (i, d) in df.iter_mut().enumerate() {
+                *d += ((mask >> i) & 1) as u32;
+            }
+        }
+        let n = f64::from(n);
+        let idf: Vec<f64> = df.iter().map(|&d| (1.0 + (n - f64::from(d) + 0.5) / (f64::from(d) + 0.5)).ln()).collect();
+        let total = idf.iter().sum();
+        TermWeights { idf, total }
+    }
+
+    /// The share of the query's weight held by a text with these matches,
+    /// in [0, 1]: 1 when it holds every term, 0 when none.
+    pub fn coverage(&self, matches: u64) -> f64 {
+        if self.total <= 0.0 {
+            return 0.0;
+        }
+        let held: f64 = self.idf.iter().enumerate().filter(|(i, _)| (matches >> i) & 1 == 1).map(|(_, w)| w).sum();
+        (held / self.total).clamp(0.0, 1.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terms_are_stemmed_without_stop_words() {
+        assert_eq!(query_terms("What does Alice do for a living?"), ["alic", "live"]);
+        let q = QueryTerms::new("What does Alice do for a living?");
+        assert_eq!(q.matches("Alice lives in Porto."), 0b11);
+        assert_eq!(q.matches("Alice works as a nurse."), 0b01);
+        assert_eq!(q.matches("Bob is a carpenter."), 0);
+    }
+
+    #[test]
+    fn a_term_every_candidate_holds_weighs_little() {
+        let q = QueryTerms::new("What is Alice allergic to?");
+        let docs = [
+            "Alice works as a nurse.",
+            "Alice is allergic to peanuts.",
+            "Alice lives in Porto.",
+            "Bob is allergic to shellfish.",
+        ];
+        let w = TermWeights::new(q.len(), docs.iter().map(|d| q.matches(d)));
+        let cover: Vec<f64> = docs.iter().map(|d| w.coverage(q.matches(d))).collect();
+        assert_eq!(cover[1], 1.0);
+        // "alice" is in three of four, "allergic" in two: the rarer term
+        // weighs more.
+        assert!(cover[0] < 0.4 && cover[3] > 0.6, "{cover:?}");
+        assert_eq!(cover[0], cover[2]);
+        // No terms, or no candidates: nothing.
+        assert_eq!(TermWeights::new(0, []).coverage(0), 0.0);
+        assert_eq!(TermWeights::new(2, []).coverage(0b11), 1.0);
+    }
+}
