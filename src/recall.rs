@@ -433,7 +433,7 @@ impl MemoryService {
         for m in working {
             let in_window = p.since.is_none_or(|s| m.occurred_at >= s) && p.until.is_none_or(|u| m.occurred_at < u);
             let meta_ok = p.metadata.iter().all(|(k, v)| m.metadata.get(k) == Some(v));
-            let user_ok = p.user_id.as_ref().is_none_or(|u| m.user_id.as_ref() == Some(u));
+            let user_ok = crate::domain::memory::in_user_scope(p.user_id.as_deref(), m.user_id.as_deref());
             if in_window && meta_ok && user_ok && !m.is_expired(now) {
                 let relevance = query_words.overlap(&m.content);
                 push(m, relevance, relevance, None);

@@ -295,6 +295,18 @@ impl NewMemory {
     }
 }
 
+/// Whether a memory owned by `owner` (its `user_id`) is in a search's user
+/// scope: with a user given, that user's memories and the memories of no
+/// user (the agent's own knowledge, its skills), never another user's;
+/// without one, every memory of the agent. Search and context scope this
+/// way on every backend; listing filters by `user_id` exactly.
+pub fn in_user_scope(scope: Option<&str>, owner: Option<&str>) -> bool {
+    match (scope, owner) {
+        (Some(s), Some(o)) => s == o,
+        _ => true,
+    }
+}
+
 pub fn namespace(agent_id: &str, user_id: Option<&str>) -> String {
     match user_id {
         Some(u) => format!("user:{u}"),

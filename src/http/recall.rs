@@ -40,10 +40,14 @@ pub struct SearchFilter {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchRequest {
-    /// An identifier, as on write.
+    /// The agent scope: only this agent's memories (another agent's reach it
+    /// only as copies shared into it, `/v1/share`).
     #[schema(min_length = 1, max_length = 64)]
     pub agent_id: String,
-    /// Only this user's memories.
+    /// The user scope: this user's memories and those of no user (the
+    /// agent's own facts and episodes, its skills), never another user's.
+    /// Without it, every memory of the agent. (Listing with `user_id`
+    /// filters exactly: only that user's.)
     #[schema(min_length = 1, max_length = 64)]
     pub user_id: Option<String>,
     /// The session whose working memory is searched too.
@@ -55,7 +59,8 @@ pub struct SearchRequest {
     /// 1 to 200, default 20.
     #[schema(minimum = 1, maximum = 200)]
     pub top_k: Option<i64>,
-    /// Default: all four.
+    /// The tiers searched; default all four. Working memory is searched
+    /// only with `session_id` (that session's entries).
     pub tiers: Option<Vec<Tier>>,
     /// Overrides the agent's (or the default) scoring weights.
     pub weights: Option<Weights>,
@@ -88,6 +93,8 @@ pub struct SearchResponse {
 pub struct ContextRequest {
     #[schema(min_length = 1, max_length = 64)]
     pub agent_id: String,
+    /// The user scope, as in search: this user's memories and those of no
+    /// user, never another user's.
     #[schema(min_length = 1, max_length = 64)]
     pub user_id: Option<String>,
     #[schema(min_length = 1, max_length = 64)]

@@ -497,3 +497,50 @@ async fn a_word_in_every_memory_does_not_decide_and_the_right_answer_comes_first
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
+
+/// The scopes of search and context: the agent's memories only; with a user,
+/// that user's and those of no user (the agent's own knowledge, its skills),
+/// never another user's. Listing with `user_id` filters exactly.
+#[tokio::test]
+async fn the_user_scope_narrows_to_the_user_and_keeps_what_belongs_to_no_user() {
+    let app = spawn_app().await;
+    let agent = format!("scope-{}", uuid::Uuid::new_v4().simple());
+    let write = |body: Value| app.write_one(body);
+    let ann = write(json!({"agent_id": agent, "user_id": "ann", "tier": "episodic", "content": "Ann's flight to Lisbon leaves at nine"})).await;
+    let bob = write(json!({"agent_id": agent, "user_id": "bob", "tier": "episodic", "content": "Bob's flight to Lisbon leaves at noon"})).await;
+    let fact =
+        write(json!({"agent_id": agent, "tier": "semantic", "content": "Flights to Lisbon board at gate 12"})).await;
+    let skill = write(json!({"agent_id": agent, "tier": "procedural", "skill_name": "book_flight",
+                             "content": "Book a flight to Lisbon through the airline API"}))
+    .await;
+    let other = write(json!({"agent_id": format!("{agent}-b"), "user_id": "ann", "tier": "episodic", "content": "Ann's flight to Lisbon, another agent"})).await;
+    let session = format!("s-{agent}");
+    let entry = write(json!({"agent_id": agent, "session_id": session, "tier": "working", "content": "Lisbon flight chosen in this session"})).await;
+    let bobs_entry = write(json!({"agent_id": agent, "user_id": "bob", "session_id": session, "tier": "working", "content": "Bob's Lisbon flight in this session"})).await;
+    let ids = |results: &[Value]| -> Vec<Value> { results.iter().map(|r| r["memory"]["id"].clone()).collect() };
+
+    let scoped = ids(&search(
+        &app,
+        json!({"agent_id": agent, "user_id": "ann", "session_id": session, "query": "flight to Lisbon"}),
+    )
+    .await);
+    for m in [&ann, &fact, &skill, &entry] {
+        assert!(scoped.contains(&m["id"]), "{m} missing from {scoped:?}");
+    }
+    for m in [&bob, &other, &bobs_entry] {
+        assert!(!scoped.contains(&m["id"]), "{m} in ann's scope");
+    }
+    let all = ids(&search(&app, json!({"agent_id": agent, "query": "flight to Lisbon"})).await);
+    assert_eq!(all.len(), 4, "without a user: every persistent memory of the agent {all:?}");
+    assert!(!all.contains(&other["id"]));
+
+    let r = app.post("/v1/context", &json!({"agent_id": agent, "user_id": "ann", "query": "flight to Lisbon", "max_context_tokens": 8000, "output_reserve_tokens": 1000})).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let context = r.text().await.unwrap();
+    assert!(context.contains("gate 12") && context.contains("nine"), "{context}");
+    assert!(!context.contains("noon"), "{context}");
+
+    let (_, listed) = app.get_json(&format!("/v1/memories?agent_id={agent}&user_id=ann")).await;
+    let listed: Vec<&Value> = listed["memories"].as_array().unwrap().iter().map(|m| &m["id"]).collect();
+    assert_eq!(listed, vec![&ann["id"]], "listing filters exactly");
+}

@@ -37,8 +37,9 @@ fn push_filters(qb: &mut QueryBuilder<Postgres>, tenant: &str, tier: Tier, q: &S
     qb.push(" tenant_id = ").push_bind(tenant.to_string());
     qb.push(" AND agent_id = ").push_bind(q.agent_id.clone());
     qb.push(" AND (expires_at IS NULL OR expires_at > ").push_bind(now).push(")");
+    // The user scope (`domain::memory::in_user_scope`).
     if let Some(u) = &q.user_id {
-        qb.push(" AND user_id = ").push_bind(u.clone());
+        qb.push(" AND (user_id = ").push_bind(u.clone()).push(" OR user_id IS NULL)");
     }
     if let Some(t) = q.since {
         qb.push(" AND occurred_at >= ").push_bind(t);

@@ -86,8 +86,9 @@ fn push_filters(qb: &mut QueryBuilder<Sqlite>, tenant: &str, tiers: &[Tier], q: 
     qb.push(")");
     qb.push(" and m.agent_id = ").push_bind(q.agent_id.clone());
     qb.push(" and (m.expires_at is null or m.expires_at > ").push_bind(micros(now)).push(")");
+    // The user scope (`domain::memory::in_user_scope`).
     if let Some(u) = &q.user_id {
-        qb.push(" and m.user_id = ").push_bind(u.clone());
+        qb.push(" and (m.user_id = ").push_bind(u.clone()).push(" or m.user_id is null)");
     }
     if let Some(t) = q.since {
         qb.push(" and m.occurred_at >= ").push_bind(micros(t));

@@ -118,7 +118,7 @@ impl ScanFilter<'_> {
         self.tiers.contains(&e.tier)
             && (e.valid || e.tier != Tier::Semantic || (self.candidates && e.candidate))
             && e.expires_at.is_none_or(|t| t > self.now)
-            && self.user_id.is_none_or(|u| e.user_id.as_deref() == Some(u))
+            && crate::domain::memory::in_user_scope(self.user_id, e.user_id.as_deref())
             && self.since.is_none_or(|t| e.occurred_at >= t)
             && self.until.is_none_or(|t| e.occurred_at < t)
             && !self.seen.contains(&e.id)

@@ -87,13 +87,18 @@ async fn search_fills_both_legs_and_scores_each_row_on_the_other_legs_measure() 
     let odd = store.search("t1", &query("a", "\"hotel* NEAR( OR AND -Lisbon^ :", None), now).await.unwrap();
     assert!(odd.text_leg && !odd.hits.is_empty());
 
-    // Filters: user, metadata (JSON equality), occurred_at bounds, tiers.
+    // Filters: user scope (the user's and no user's memories), metadata
+    // (JSON equality), occurred_at bounds, tiers.
     let mut f = q.clone();
     f.user_id = Some("u1".into());
-    assert_eq!(
-        store.search("t1", &f, now).await.unwrap().hits.iter().map(|h| h.memory.id).collect::<Vec<_>>(),
-        vec![near.id]
-    );
+    let mut found: Vec<Uuid> = store.search("t1", &f, now).await.unwrap().hits.iter().map(|h| h.memory.id).collect();
+    found.sort();
+    let mut all = vec![near.id, texty.id, vecty.id, plain.id];
+    all.sort();
+    assert_eq!(found, all);
+    f.user_id = Some("u2".into());
+    let found: Vec<Uuid> = store.search("t1", &f, now).await.unwrap().hits.iter().map(|h| h.memory.id).collect();
+    assert!(found.len() == 3 && !found.contains(&near.id), "another user's memory is out of scope: {found:?}");
     for (key, value, expect) in [
         ("trip", json!("lisbon"), true),
         ("n", json!(2.0), true),
