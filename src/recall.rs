@@ -47,6 +47,8 @@ pub struct SearchParams {
     pub since: Option<DateTime<Utc>>,
     pub until: Option<DateTime<Utc>>,
     pub min_relevance: Option<f64>,
+    /// What the agent knew at this time (`store::SearchQuery::as_of`).
+    pub as_of: Option<DateTime<Utc>>,
     /// Also recall candidates (facts that lost their slot, `contested_by` set).
     pub include_candidates: bool,
 }
@@ -323,6 +325,7 @@ impl MemoryService {
             until: p.until,
             per_leg,
             include_candidates: p.include_candidates,
+            as_of: p.as_of,
         };
         // The store starts with what needs no vector while the query is
         // being embedded, and gets the vector when it is ready.
@@ -434,7 +437,8 @@ impl MemoryService {
             let in_window = p.since.is_none_or(|s| m.occurred_at >= s) && p.until.is_none_or(|u| m.occurred_at < u);
             let meta_ok = p.metadata.iter().all(|(k, v)| m.metadata.get(k) == Some(v));
             let user_ok = crate::domain::memory::in_user_scope(p.user_id.as_deref(), m.user_id.as_deref());
-            if in_window && meta_ok && user_ok && !m.is_expired(now) {
+            let known = p.as_of.is_none_or(|t| m.created_at <= t);
+            if in_window && meta_ok && user_ok && known && !m.is_expired(now) {
                 let relevance = query_words.overlap(&m.content);
                 push(m, relevance, relevance, None);
             }

@@ -325,6 +325,7 @@ impl SharingService {
                     until: None,
                     min_relevance: None,
                     include_candidates: false,
+                    as_of: None,
                 };
                 self.memories.search(tenant, &params).await?.results.into_iter().map(|s| s.memory).collect()
             }

@@ -224,7 +224,9 @@ pub async fn memory_history(
 /// Filters: `agent_id`, `user_id`, `session_id`, `tier` (comma-separated),
 /// `created_after`, `created_before` (RFC 3339), `metadata.KEY=VALUE`
 /// (equality, compared as text), `include_superseded` (facts replaced by a
-/// newer one). Working memory is listed when `agent_id` and `session_id` are
+/// newer one), `as_of` (RFC 3339: what the agent knew then: memories
+/// ingested by then, and of facts the one valid then, candidates left out;
+/// overrides `include_superseded`). Working memory is listed when `agent_id` and `session_id` are
 /// given; when it cannot be read (Redis down) the page holds the persistent
 /// tiers only and `warnings` says so (`tier=working` alone is 503 instead).
 /// `limit` 1-200 (default 50); pass `next_cursor` back as `cursor`. A key
@@ -239,6 +241,7 @@ pub async fn memory_history(
         ("tier" = Option<String>, Query, description = "e.g. episodic,semantic"),
         ("created_after" = Option<DateTime<Utc>>, Query), ("created_before" = Option<DateTime<Utc>>, Query),
         ("include_superseded" = Option<bool>, Query),
+        ("as_of" = Option<DateTime<Utc>>, Query),
         ("limit" = Option<usize>, Query, minimum = 1, maximum = 200, description = "Default 50"),
         ("cursor" = Option<String>, Query, description = "A `next_cursor` from an earlier page"),
     ),
@@ -324,6 +327,7 @@ pub fn parse_list_query(query: &str) -> Result<ListFilter, ApiError> {
             }
             "created_after" => f.created_after = Some(parse_time(&k, &v)?),
             "created_before" => f.created_before = Some(parse_time(&k, &v)?),
+            "as_of" => f.as_of = Some(parse_time(&k, &v)?),
             "include_superseded" => {
                 f.include_superseded = v.parse().map_err(|_| ApiError::field(&k, "must be true or false"))?
             }

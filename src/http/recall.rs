@@ -34,6 +34,11 @@ pub struct SearchFilter {
     pub since: Option<DateTime<Utc>>,
     /// Only memories that occurred before this time.
     pub until: Option<DateTime<Utc>>,
+    /// What the agent knew at this time: memories engram had ingested by
+    /// then, and of facts the one current then along its supersede chain
+    /// (candidates left out). What was deleted, erased or has expired since
+    /// is gone from the past too.
+    pub as_of: Option<DateTime<Utc>>,
 }
 
 /// Search one agent's memories.
@@ -160,7 +165,7 @@ fn search_params(
         w.check("/weights")?;
     }
     let min_relevance = min_relevance.map(|m| validate::unit_interval("/min_relevance", m)).transpose()?;
-    let filter = filter.unwrap_or(SearchFilter { metadata: None, since: None, until: None });
+    let filter = filter.unwrap_or(SearchFilter { metadata: None, since: None, until: None, as_of: None });
     if let Some(m) = &filter.metadata {
         validate::storable_json("/filter/metadata", &Value::Object(m.clone()))?;
     }
@@ -169,6 +174,9 @@ fn search_params(
     }
     if let Some(t) = filter.until {
         validate::timestamp("/filter/until", t)?;
+    }
+    if let Some(t) = filter.as_of {
+        validate::timestamp("/filter/as_of", t)?;
     }
     Ok(SearchParams {
         agent_id,
@@ -181,6 +189,7 @@ fn search_params(
         metadata: filter.metadata.unwrap_or_default().into_iter().collect(),
         since: filter.since,
         until: filter.until,
+        as_of: filter.as_of,
         min_relevance,
         include_candidates: false,
     })
@@ -242,7 +251,9 @@ pub async fn search_memories(
         r.min_relevance,
     )?;
     agents.check("/agent_id", &params.agent_id)?;
-    let params = SearchParams { include_candidates: r.include_candidates.unwrap_or(false), ..params };
+    // Candidates are never part of the past: `as_of` leaves them out.
+    let include_candidates = r.include_candidates.unwrap_or(false) && params.as_of.is_none();
+    let params = SearchParams { include_candidates, ..params };
     let outcome = state.service.search(&tenant, &params).await?;
     let results = outcome.results.into_iter().map(ScoredMemoryResponse::from).collect();
     Ok(Json(SearchResponse { results, timings: outcome.timings, warnings: outcome.warnings }))

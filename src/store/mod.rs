@@ -222,6 +222,9 @@ pub struct ListFilter {
     pub limit: usize,
     /// Also list facts a newer fact superseded.
     pub include_superseded: bool,
+    /// What was known at this instant (as `SearchQuery::as_of`): rows
+    /// ingested by then, facts valid then, never a candidate.
+    pub as_of: Option<DateTime<Utc>>,
 }
 
 impl ListFilter {
@@ -238,6 +241,9 @@ impl ListFilter {
             && self.session_id.as_ref().is_none_or(|s| Some(s) == m.session_id.as_ref())
             && self.created_after.is_none_or(|t| m.created_at >= t)
             && self.created_before.is_none_or(|t| m.created_at < t)
+            && self
+                .as_of
+                .is_none_or(|t| m.created_at <= t && m.contested_by.is_none() && m.valid_until.is_none_or(|u| u > t))
             && self.after.is_none_or(|c| (m.created_at, m.id) < (c.created_at, c.id))
             && self.metadata.iter().all(|(k, v)| match m.metadata.get(k) {
                 Some(Value::String(s)) => s == v,
@@ -266,6 +272,10 @@ pub struct SearchQuery {
     pub per_leg: usize,
     /// Semantic: also facts kept as candidates (`contested_by` set).
     pub include_candidates: bool,
+    /// What the agent knew at this time: rows ingested (`created_at`) by
+    /// then; of facts, those valid then (`valid_until` unset or later) and
+    /// never a candidate. Expiry is still judged at the search's `now`.
+    pub as_of: Option<DateTime<Utc>>,
 }
 
 /// The query vector of a search, still being computed when it starts.

@@ -353,6 +353,7 @@ async fn each_leg_scores_the_other_legs_candidates_too() {
         // One row per leg: whatever one leg alone found still carries both scores.
         per_leg: 1,
         include_candidates: false,
+        as_of: None,
     };
     let hits = app.store.search(&tenant, &query, app.clock.now()).await.unwrap();
     assert!(!hits.hits.is_empty());
@@ -543,4 +544,72 @@ async fn the_user_scope_narrows_to_the_user_and_keeps_what_belongs_to_no_user() 
     let (_, listed) = app.get_json(&format!("/v1/memories?agent_id={agent}&user_id=ann")).await;
     let listed: Vec<&Value> = listed["memories"].as_array().unwrap().iter().map(|m| &m["id"]).collect();
     assert_eq!(listed, vec![&ann["id"]], "listing filters exactly");
+}
+
+/// `as_of`: what the agent knew at a moment, the fact current then along its
+/// supersede chain, candidates and later memories left out; both backends.
+#[tokio::test]
+async fn as_of_recalls_the_fact_current_at_each_moment_of_its_chain() {
+    let app = spawn_app().await;
+    let agent = format!("asof-{}", uuid::Uuid::new_v4().simple());
+    let lives = |city: &str, confidence: f64| {
+        json!({"agent_id": agent, "user_id": "ann", "tier": "semantic", "content": format!("Ann lives in {city}"),
+               "subject": "ann", "predicate": "lives_in", "object": city, "confidence": confidence})
+    };
+    let mut moments = Vec::new();
+    for city in ["Lisbon", "Porto", "Berlin"] {
+        let fact = app.write_one(lives(city, 0.8)).await;
+        assert_eq!(fact["valid_until"], Value::Null, "{fact}");
+        let at: DateTime<Utc> = fact["created_at"].as_str().unwrap().parse().unwrap();
+        moments.push((city, at + Days::hours(1)));
+        if city == "Porto" {
+            // A weaker claim while Porto held: a candidate, never part of the past.
+            let weak = app.write_one(lives("Madrid", 0.1)).await;
+            assert!(weak["contested_by"].is_string(), "{weak}");
+            app.write_one(json!({"agent_id": agent, "user_id": "ann", "tier": "episodic", "content": "Ann asked where to live in Porto"})).await;
+        }
+        app.clock.advance(Days::days(1));
+    }
+    let cities = |results: &[Value]| -> Vec<String> {
+        results.iter().filter_map(|r| r["memory"]["object"].as_str().map(str::to_string)).collect()
+    };
+    for (city, at) in &moments {
+        let q = json!({"agent_id": agent, "query": "Where does Ann live?", "include_candidates": true,
+                       "filter": {"as_of": at.to_rfc3339()}});
+        let results = search(&app, q).await;
+        assert_eq!(cities(&results), vec![city.to_string()], "as of {at}: {results:#?}");
+        let episode = results.iter().any(|r| r["memory"]["tier"] == "episodic");
+        assert_eq!(episode, *city != "Lisbon", "the episode exists from Porto's day on");
+        let r = app
+            .post(
+                "/v1/context",
+                &json!({"agent_id": agent, "query": "Where does Ann live?", "max_context_tokens": 4000,
+                                         "output_reserve_tokens": 500, "filter": {"as_of": at.to_rfc3339()}}),
+            )
+            .await;
+        assert_eq!(r.status(), StatusCode::OK);
+        let context = r.text().await.unwrap();
+        for other in ["Lisbon", "Porto", "Berlin", "Madrid"].iter().filter(|c| *c != city) {
+            assert!(!context.contains(&format!("lives in {other}")), "as of {at}: {context}");
+        }
+        let stamp = at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        let (status, listed) =
+            app.get_json(&format!("/v1/memories?agent_id={agent}&tier=semantic&as_of={stamp}")).await;
+        assert_eq!(status, StatusCode::OK, "{listed}");
+        let listed: Vec<&str> =
+            listed["memories"].as_array().unwrap().iter().map(|m| m["object"].as_str().unwrap()).collect();
+        assert_eq!(listed, vec![*city], "listed as of {at}");
+    }
+    // Before the first fact: nothing; without as_of: today's.
+    let before = moments[0].1 - Days::days(1);
+    let q = json!({"agent_id": agent, "query": "Where does Ann live?", "filter": {"as_of": before.to_rfc3339()}});
+    assert!(search(&app, q).await.is_empty());
+    let now = search(&app, json!({"agent_id": agent, "query": "Where does Ann live?", "tiers": ["semantic"]})).await;
+    assert_eq!(cities(&now), vec!["Berlin".to_string()]);
+    // A bad instant names its field.
+    let r = app
+        .post("/v1/memories/search", &json!({"agent_id": agent, "query": "x", "filter": {"as_of": "yesterday"}}))
+        .await;
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(r.text().await.unwrap().contains("as_of"));
 }

@@ -65,6 +65,7 @@ async fn a_model_change_reembeds_in_the_background_and_never_mixes_vector_spaces
         until: None,
         per_leg: 50,
         include_candidates: false,
+        as_of: None,
     };
     let now = chrono::Utc::now();
 

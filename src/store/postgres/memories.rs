@@ -70,7 +70,12 @@ fn push_list_branch(qb: &mut QueryBuilder<Postgres>, tenant: &str, tier: Tier, f
     for (k, v) in &f.metadata {
         qb.push(" AND metadata ->> ").push_bind(k.clone()).push(" = ").push_bind(v.clone());
     }
-    if tier == Tier::Semantic && !f.include_superseded {
+    if let Some(t) = f.as_of {
+        qb.push(" AND created_at <= ").push_bind(t);
+        if tier == Tier::Semantic {
+            qb.push(" AND (valid_until IS NULL OR valid_until > ").push_bind(t).push(") AND contested_by IS NULL");
+        }
+    } else if tier == Tier::Semantic && !f.include_superseded {
         qb.push(" AND valid_until IS NULL");
     }
     qb.push(" ORDER BY created_at DESC, id DESC LIMIT ").push_bind((f.limit + 1) as i64).push(")");

@@ -50,8 +50,13 @@ fn push_filters(qb: &mut QueryBuilder<Postgres>, tenant: &str, tier: Tier, q: &S
     for (k, v) in &q.metadata {
         qb.push(" AND metadata -> ").push_bind(k.clone()).push(" = ").push_bind(sqlx::types::Json(v.clone()));
     }
+    if let Some(t) = q.as_of {
+        qb.push(" AND created_at <= ").push_bind(t);
+    }
     if tier == Tier::Semantic {
-        if q.include_candidates {
+        if let Some(t) = q.as_of {
+            qb.push(" AND (valid_until IS NULL OR valid_until > ").push_bind(t).push(") AND contested_by IS NULL");
+        } else if q.include_candidates {
             qb.push(" AND (valid_until IS NULL OR contested_by IS NOT NULL)");
         } else {
             qb.push(" AND valid_until IS NULL");

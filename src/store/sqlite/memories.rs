@@ -120,7 +120,12 @@ fn push_list_filters(qb: &mut QueryBuilder<Sqlite>, tenant: &str, tiers: &[Tier]
     for (k, v) in &f.metadata {
         push_metadata_text(qb, k, v);
     }
-    if !f.include_superseded {
+    if let Some(t) = f.as_of {
+        qb.push(" and m.created_at <= ").push_bind(micros(t));
+        qb.push(" and (m.tier <> 'semantic' or ((m.valid_until is null or m.valid_until > ")
+            .push_bind(micros(t))
+            .push(") and m.contested_by is null))");
+    } else if !f.include_superseded {
         qb.push(" and (m.tier <> 'semantic' or m.valid_until is null)");
     }
 }

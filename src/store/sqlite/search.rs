@@ -99,8 +99,15 @@ fn push_filters(qb: &mut QueryBuilder<Sqlite>, tenant: &str, tiers: &[Tier], q: 
     for (k, v) in &q.metadata {
         push_metadata_json(qb, k, v);
     }
+    if let Some(t) = q.as_of {
+        qb.push(" and m.created_at <= ").push_bind(micros(t));
+    }
     if tiers.contains(&Tier::Semantic) {
-        if q.include_candidates {
+        if let Some(t) = q.as_of {
+            qb.push(" and (m.tier <> 'semantic' or ((m.valid_until is null or m.valid_until > ")
+                .push_bind(micros(t))
+                .push(") and m.contested_by is null))");
+        } else if q.include_candidates {
             qb.push(" and (m.tier <> 'semantic' or m.valid_until is null or m.contested_by is not null)");
         } else {
             qb.push(" and (m.tier <> 'semantic' or m.valid_until is null)");
@@ -136,6 +143,7 @@ struct Scope {
     until: Option<i64>,
     now: i64,
     candidates: bool,
+    as_of: Option<i64>,
 }
 
 impl Scope {
@@ -148,6 +156,7 @@ impl Scope {
             until: q.until.map(micros),
             now: micros(now),
             candidates: q.include_candidates,
+            as_of: q.as_of.map(micros),
         }
     }
 
@@ -160,6 +169,7 @@ impl Scope {
             now: self.now,
             seen,
             candidates: self.candidates,
+            as_of: self.as_of,
         }
     }
 }

@@ -245,6 +245,7 @@ impl TextIndex {
             Option<String>,
             i64,
             Option<i64>,
+            i64,
             u8,
             u8,
             String,
@@ -258,11 +259,11 @@ impl TextIndex {
         loop {
             let chunk: String = sqlx::query_scalar(
                 "with r as (select seq, tenant_id, agent_id, hex(id) as id, tier, user_id, occurred_at, expires_at, \
-                 valid_until is null as valid, contested_by is not null as candidate, content, skill_name, \
+                 created_at, valid_until is null as valid, contested_by is not null as candidate, content, skill_name, \
                  trigger_pattern from memories where seq > ? \
                  order by seq limit ?) \
                  select json_group_array(json_array(seq, tenant_id, agent_id, id, tier, user_id, occurred_at, \
-                 expires_at, valid, candidate, content, skill_name, trigger_pattern) order by seq) from r",
+                 expires_at, created_at, valid, candidate, content, skill_name, trigger_pattern) order by seq) from r",
             )
             .bind(after)
             .bind(CHUNK)
@@ -280,6 +281,7 @@ impl TextIndex {
                 user_id,
                 occurred_at,
                 expires_at,
+                created_at,
                 valid,
                 candidate,
                 content,
@@ -296,6 +298,7 @@ impl TextIndex {
                     user_id: user_id.map(Into::into),
                     occurred_at,
                     expires_at,
+                    created_at,
                 };
                 let text = body_of(tier, &content, name.as_deref(), trigger.as_deref());
                 index.insert(&tenant, &agent, entry, &text);
@@ -479,11 +482,12 @@ mod tests {
             user_id: None,
             occurred_at: 0,
             expires_at: None,
+            created_at: 0,
         }
     }
 
     fn all<'a>(tiers: &'a [Tier], seen: &'a HashSet<Uuid>) -> ScanFilter<'a> {
-        ScanFilter { tiers, user_id: None, since: None, until: None, now: 0, seen, candidates: false }
+        ScanFilter { tiers, user_id: None, since: None, until: None, now: 0, seen, candidates: false, as_of: None }
     }
 
     fn index_of(texts: &[(u128, &str)]) -> TextIndex {

@@ -65,6 +65,8 @@ pub struct Entry {
     /// Microseconds since the epoch, as stored.
     pub occurred_at: i64,
     pub expires_at: Option<i64>,
+    /// When engram ingested it, in microseconds (for `as_of`).
+    pub created_at: i64,
 }
 
 impl Entry {
@@ -77,6 +79,7 @@ impl Entry {
             user_id: m.user_id.as_deref().map(Into::into),
             occurred_at: m.occurred_at.timestamp_micros(),
             expires_at: m.expires_at.map(|t| t.timestamp_micros()),
+            created_at: m.created_at.timestamp_micros(),
         }
     }
 }
@@ -111,12 +114,19 @@ pub struct ScanFilter<'a> {
     pub seen: &'a HashSet<Uuid>,
     /// Admit candidate facts too.
     pub candidates: bool,
+    /// What was known at this instant (microseconds): rows ingested by then,
+    /// superseded facts too (the SQL keeps those valid then).
+    pub as_of: Option<i64>,
 }
 
 impl ScanFilter<'_> {
     pub fn admits(&self, e: &Entry) -> bool {
         self.tiers.contains(&e.tier)
-            && (e.valid || e.tier != Tier::Semantic || (self.candidates && e.candidate))
+            && (e.valid
+                || e.tier != Tier::Semantic
+                || (self.candidates && e.candidate)
+                || (self.as_of.is_some() && !e.candidate))
+            && self.as_of.is_none_or(|t| e.created_at <= t)
             && e.expires_at.is_none_or(|t| t > self.now)
             && crate::domain::memory::in_user_scope(self.user_id, e.user_id.as_deref())
             && self.since.is_none_or(|t| e.occurred_at >= t)
@@ -143,20 +153,34 @@ pub struct VectorIndex {
 impl VectorIndex {
     /// Reads every stored vector.
     pub async fn load(pool: &SqlitePool) -> Result<VectorIndex, sqlx::Error> {
-        type LoadRow = (String, String, String, Uuid, String, Option<String>, i64, Option<i64>, bool, bool, Vec<u8>);
+        type LoadRow =
+            (String, String, String, Uuid, String, Option<String>, i64, Option<i64>, i64, bool, bool, Vec<u8>);
         let mut index = VectorIndex::default();
         let mut rows = sqlx::query_as::<_, LoadRow>(
-            "select tenant_id, agent_id, embedding_model, id, tier, user_id, occurred_at, expires_at, \
+            "select tenant_id, agent_id, embedding_model, id, tier, user_id, occurred_at, expires_at, created_at, \
              valid_until is null, contested_by is not null, embedding from memories where embedding is not null \
              order by seq",
         )
         .fetch(pool);
-        while let Some((tenant, agent, model, id, tier, user_id, occurred_at, expires_at, valid, candidate, blob)) =
-            rows.try_next().await?
+        while let Some((
+            tenant,
+            agent,
+            model,
+            id,
+            tier,
+            user_id,
+            occurred_at,
+            expires_at,
+            created_at,
+            valid,
+            candidate,
+            blob,
+        )) = rows.try_next().await?
         {
             let Some(tier) = Tier::parse(&tier) else { continue };
             let vector = decode_vector(&blob).map_err(|e| sqlx::Error::Decode(e.to_string().into()))?;
-            let entry = Entry { id, tier, valid, candidate, user_id: user_id.map(Into::into), occurred_at, expires_at };
+            let user_id = user_id.map(Into::into);
+            let entry = Entry { id, tier, valid, candidate, user_id, occurred_at, expires_at, created_at };
             index.put(&tenant, &agent, &model, &vector, entry);
         }
         Ok(index)
@@ -606,11 +630,12 @@ mod tests {
             user_id: None,
             occurred_at: 0,
             expires_at: None,
+            created_at: 0,
         }
     }
 
     fn all<'a>(tiers: &'a [Tier], seen: &'a HashSet<Uuid>) -> ScanFilter<'a> {
-        ScanFilter { tiers, user_id: None, since: None, until: None, now: 0, seen, candidates: false }
+        ScanFilter { tiers, user_id: None, since: None, until: None, now: 0, seen, candidates: false, as_of: None }
     }
 
     #[test]

@@ -117,6 +117,7 @@ pub(super) fn query(agent: &str, text: &str, vector: Option<Embedding>) -> Searc
         until: None,
         per_leg: 10,
         include_candidates: false,
+        as_of: None,
     }
 }
 

@@ -544,6 +544,7 @@ async fn search_timing_on_a_data_directory() {
                 now: now.timestamp_micros(),
                 seen: &seen,
                 candidates: false,
+                as_of: None,
             };
             store.inner.text.read().unwrap().best(&tenant, &agent, &terms, &filter, per_leg);
             rank.push(started.elapsed().as_secs_f64() * 1e3);
@@ -616,5 +617,6 @@ fn exact_filter<'a>(tiers: &'a [Tier], now: chrono::DateTime<Utc>) -> super::sup
         now: now.timestamp_micros(),
         seen: &NONE,
         candidates: false,
+        as_of: None,
     }
 }
