@@ -8,7 +8,8 @@
 //!   `exported_at`, `vectors` (whether records carry their vectors).
 //! - `memory`: every field of the memory as the API returns it (`tier` says
 //!   which), plus what the API leaves out: `content_hash` (persistent tiers),
-//!   `reward_count` (procedural) and, with `--vectors`, `vector` (its model is
+//!   `reward_count` (procedural), `consolidated_at` (episodic, once
+//!   consolidation took it) and, with `--vectors`, `vector` (its model is
 //!   `embedding_model`). Working memory first (session by session, oldest
 //!   first), then episodic, semantic and procedural, each oldest first.
 //! - last line, `end`: `counts`, records per tier. Its absence means the file
@@ -34,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use crate::domain::content::content_hash;
 use crate::domain::validate::{self, FieldError};
 use crate::domain::{Memory, Tier};
-use crate::store::{Cursor, Embedding, Storage, StoredMemory};
+use crate::store::{Cursor, Embedding, Storage, StoredMemory, TransferRow};
 
 pub const FORMAT: &str = "engram-export";
 pub const VERSION: u32 = 1;
@@ -63,6 +64,9 @@ pub struct MemoryRecord {
     /// The vector of `embedding_model`, with `--vectors`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vector: Option<Vec<f32>>,
+    /// Episodic: when consolidation took it (it is not consolidated again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consolidated_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -96,7 +100,8 @@ pub async fn export(
     let mut counts: BTreeMap<Tier, u64> = Tier::ALL.into_iter().map(|t| (t, 0)).collect();
     let working = storage.transfer.working_entries(tenant).await.context("reading working memory")?;
     for memory in working.into_iter().filter(|m| !m.is_expired(now)) {
-        let record = MemoryRecord { memory, content_hash: None, reward_count: None, vector: None };
+        let record =
+            MemoryRecord { memory, content_hash: None, reward_count: None, vector: None, consolidated_at: None };
         write_line(out, &Line::Memory(Box::new(record)))?;
         *counts.entry(Tier::Working).or_default() += 1;
     }
@@ -109,14 +114,15 @@ pub async fn export(
                 .await
                 .with_context(|| format!("reading {} memories", tier.as_str()))?;
             let Some(last) = page.last() else { break };
-            after = Some(Cursor { created_at: last.memory.created_at, id: last.memory.id });
+            after = Some(Cursor { created_at: last.stored.memory.created_at, id: last.stored.memory.id });
             let full = page.len() == BATCH;
-            for stored in page {
+            for TransferRow { stored, consolidated_at } in page {
                 let record = MemoryRecord {
                     memory: stored.memory,
                     content_hash: Some(stored.content_hash),
                     reward_count: stored.reward_count,
                     vector: stored.embedding.map(|e| e.vector),
+                    consolidated_at,
                 };
                 write_line(out, &Line::Memory(Box::new(record)))?;
                 *counts.entry(tier).or_default() += 1;
@@ -164,7 +170,7 @@ impl std::fmt::Display for ImportSummary {
 
 /// Checks a record and turns it into what the store takes; `Err` says what
 /// is wrong (the caller adds the line number).
-fn prepare(record: MemoryRecord) -> anyhow::Result<Result<StoredMemory, Memory>> {
+fn prepare(record: MemoryRecord) -> anyhow::Result<Result<TransferRow, Memory>> {
     let m = &record.memory;
     anyhow::ensure!((0.0..=1.0).contains(&m.importance), "importance {} is not between 0 and 1", m.importance);
     if let Some(c) = m.confidence {
@@ -200,7 +206,9 @@ fn prepare(record: MemoryRecord) -> anyhow::Result<Result<StoredMemory, Memory>>
         memory.embedding_model = None;
     }
     let content_hash = record.content_hash.unwrap_or_else(|| content_hash(&memory.content));
-    Ok(Ok(StoredMemory { memory, content_hash, reward_count: record.reward_count, embedding }))
+    let consolidated_at = record.consolidated_at.filter(|_| memory.tier == Tier::Episodic);
+    let stored = StoredMemory { memory, content_hash, reward_count: record.reward_count, embedding };
+    Ok(Ok(TransferRow { stored, consolidated_at }))
 }
 
 /// The API's rule for stored text: no NUL, which Postgres cannot hold. A
@@ -234,7 +242,7 @@ fn storable(m: &Memory) -> Result<(), FieldError> {
 /// One batch of parsed records, not yet written.
 #[derive(Default)]
 struct Batch {
-    persistent: Vec<StoredMemory>,
+    persistent: Vec<TransferRow>,
     working: Vec<Memory>,
 }
 
@@ -323,8 +331,8 @@ async fn write_batch(
     let tenant = summary.tenant.clone();
     if !batch.persistent.is_empty() {
         let inserted = storage.transfer.import_batch(&tenant, &batch.persistent).await?;
-        for (stored, inserted) in batch.persistent.iter().zip(inserted) {
-            let s = summary.tiers.entry(stored.memory.tier).or_default();
+        for (row, inserted) in batch.persistent.iter().zip(inserted) {
+            let s = summary.tiers.entry(row.stored.memory.tier).or_default();
             if inserted {
                 s.imported += 1;
             } else {

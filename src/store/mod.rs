@@ -516,15 +516,25 @@ pub trait Transfer: Send + Sync {
         limit: usize,
         vectors: bool,
         now: DateTime<Utc>,
-    ) -> StoreResult<Vec<StoredMemory>>;
+    ) -> StoreResult<Vec<TransferRow>>;
 
     /// Inserts persistent memories exactly as given, in one transaction;
     /// a memory whose id the tenant already has is left alone. Returns, per
     /// memory, whether it was inserted.
-    async fn import_batch(&self, tenant: &str, rows: &[StoredMemory]) -> anyhow::Result<Vec<bool>>;
+    async fn import_batch(&self, tenant: &str, rows: &[TransferRow]) -> anyhow::Result<Vec<bool>>;
 
     /// Every live working-memory entry of a tenant, each session oldest first.
     async fn working_entries(&self, tenant: &str) -> StoreResult<Vec<Memory>>;
+}
+
+/// A persistent row as export and import move it: the stored memory and
+/// what only the store keeps of it.
+#[derive(Debug, Clone)]
+pub struct TransferRow {
+    pub stored: StoredMemory,
+    /// Episodic: when consolidation took it, so that an imported episode is
+    /// not consolidated a second time.
+    pub consolidated_at: Option<DateTime<Utc>>,
 }
 
 /// A memory a sweep deleted, or would delete.

@@ -17,8 +17,8 @@ use super::postgres::PgStore;
 use super::redis::RedisStore;
 use super::sqlite::{LocalSkillCache, SqliteStore};
 use super::{
-    Cursor, Doomed, Maintenance, MemoryStore, SkillCache, StoreResult, StoredMemory, Sweep, SweepCursor, SweepLease,
-    Transfer, WorkingMemory,
+    Cursor, Doomed, Maintenance, MemoryStore, SkillCache, StoreResult, Sweep, SweepCursor, SweepLease, Transfer,
+    TransferRow, WorkingMemory,
 };
 use crate::domain::erasure::{AuditEntry, Counts, ErasureRecord, NewAuditEntry};
 use crate::domain::holds::Hold;
@@ -181,11 +181,11 @@ impl Transfer for PostgresRedis {
         limit: usize,
         vectors: bool,
         now: DateTime<Utc>,
-    ) -> StoreResult<Vec<StoredMemory>> {
+    ) -> StoreResult<Vec<TransferRow>> {
         self.pg.export_page(tenant, tier, after, limit, vectors, now).await
     }
 
-    async fn import_batch(&self, tenant: &str, rows: &[StoredMemory]) -> anyhow::Result<Vec<bool>> {
+    async fn import_batch(&self, tenant: &str, rows: &[TransferRow]) -> anyhow::Result<Vec<bool>> {
         self.pg.import_batch(tenant, rows).await
     }
 
@@ -292,11 +292,11 @@ impl Transfer for SqliteStore {
         limit: usize,
         vectors: bool,
         now: DateTime<Utc>,
-    ) -> StoreResult<Vec<StoredMemory>> {
+    ) -> StoreResult<Vec<TransferRow>> {
         SqliteStore::export_page(self, tenant, tier, after, limit, vectors, now).await
     }
 
-    async fn import_batch(&self, tenant: &str, rows: &[StoredMemory]) -> anyhow::Result<Vec<bool>> {
+    async fn import_batch(&self, tenant: &str, rows: &[TransferRow]) -> anyhow::Result<Vec<bool>> {
         SqliteStore::import_batch(self, tenant, rows).await
     }
 

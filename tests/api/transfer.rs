@@ -83,6 +83,24 @@ async fn fill(app: &TestApp) {
     let ids = [(Tier::Episodic, &episode), (Tier::Semantic, &paris), (Tier::Procedural, &deploy)]
         .map(|(tier, m)| (tier, m["id"].as_str().unwrap().parse().unwrap()));
     app.store.record_access(&tenant(app), &ids, now, now - Duration::hours(1)).await.unwrap();
+    // Both episodes are consolidated (each alone in its group: no summary).
+    assert_eq!(consolidate(app, "a").await["episodes"], 2);
+}
+
+/// Runs a consolidation of `agent` and returns its report.
+async fn consolidate(app: &TestApp, agent: &str) -> Value {
+    let r = app.post("/v1/consolidation", &json!({"agent_id": agent})).await;
+    assert_eq!(r.status(), reqwest::StatusCode::ACCEPTED);
+    let id = r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string();
+    for _ in 0..300 {
+        let (_, job) = app.get_json(&format!("/v1/consolidation/{id}")).await;
+        match job["state"].as_str() {
+            Some("completed") => return job["report"].clone(),
+            Some("failed") => panic!("{job}"),
+            _ => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+        }
+    }
+    panic!("the consolidation never ended");
 }
 
 async fn export(app: &TestApp, tenant: &str, vectors: bool) -> Vec<u8> {
@@ -151,6 +169,7 @@ fn check_contents(file: &[u8]) {
     assert_eq!(episode["occurred_at"], "2025-01-02T03:04:05.123456Z");
     assert!(episode["vector"].as_array().is_some_and(|v| v.len() == 384), "the vector is exported");
     assert!(episode["content_hash"].is_string());
+    assert!(episode["consolidated_at"].is_string(), "consolidation is exported: {episode}");
     let turn = by_content("turn 1");
     assert_eq!(turn["tier"], "working");
     assert!(turn["vector"].is_null());
@@ -168,6 +187,8 @@ async fn an_embedded_tenant_moves_to_postgres_and_back_unchanged() {
     let summary = import(&pg, &first).await;
     assert_eq!(summary.tiers, counts([4, 2, 2, 1], [0; 4], [0; 4]));
     assert!(summary.complete);
+    // Imported episodes keep their consolidation: none is taken again.
+    assert_eq!(consolidate(&pg, "a").await["episodes"], 0);
     let second = export(&pg, &tenant(&pg), true).await;
     assert_same_export(&first, &second);
 
@@ -201,6 +222,7 @@ async fn a_postgres_tenant_moves_to_the_embedded_backend_unchanged() {
 
     let target = embedded_app(Some(&tenant(&source))).await;
     assert_eq!(import(&target, &first).await.tiers, counts([4, 2, 2, 1], [0; 4], [0; 4]));
+    assert_eq!(consolidate(&target, "a").await["episodes"], 0);
     let second = export(&target, &tenant(&target), true).await;
     assert_same_export(&first, &second);
     assert_eq!(import(&target, &first).await.tiers, counts([0; 4], [4, 2, 2, 1], [0; 4]));

@@ -12,7 +12,7 @@ use sqlx::{AssertSqlSafe, Postgres, QueryBuilder};
 use super::rows::{self, MemoryRow};
 use super::{PgStore, store_error};
 use crate::domain::Tier;
-use crate::store::{Cursor, Embedding, StoreResult, StoredMemory};
+use crate::store::{Cursor, Embedding, StoreResult, StoredMemory, TransferRow};
 
 #[derive(sqlx::FromRow)]
 struct ExportRow {
@@ -21,6 +21,7 @@ struct ExportRow {
     content_hash: String,
     reward_count: Option<i32>,
     embedding: Option<pgvector::Vector>,
+    consolidated_at: Option<DateTime<Utc>>,
 }
 
 /// The columns every tier's insert starts with, in the order `push_common` binds them.
@@ -38,10 +39,13 @@ impl PgStore {
         limit: usize,
         vectors: bool,
         now: DateTime<Utc>,
-    ) -> StoreResult<Vec<StoredMemory>> {
+    ) -> StoreResult<Vec<TransferRow>> {
         let reward = if tier == Tier::Procedural { "reward_count" } else { "NULL::integer AS reward_count" };
+        let consolidated =
+            if tier == Tier::Episodic { "consolidated_at" } else { "NULL::timestamptz AS consolidated_at" };
         let sql = format!(
-            "SELECT {cols}, content_hash, {reward}, CASE WHEN $5 THEN embedding END AS embedding FROM {table} \
+            "SELECT {cols}, content_hash, {reward}, {consolidated}, CASE WHEN $5 THEN embedding END AS embedding \
+             FROM {table} \
              WHERE tenant_id = $1 AND (expires_at IS NULL OR expires_at > $2) \
              AND ($3::timestamptz IS NULL OR (created_at, id) > ($3, $4)) \
              ORDER BY created_at, id LIMIT $6",
@@ -66,7 +70,9 @@ impl PgStore {
                     (Some(v), Some(model)) => Some(Embedding { model: model.clone(), vector: v.to_vec() }),
                     _ => None,
                 };
-                Ok(StoredMemory { memory, content_hash: r.content_hash, reward_count: r.reward_count, embedding })
+                let stored =
+                    StoredMemory { memory, content_hash: r.content_hash, reward_count: r.reward_count, embedding };
+                Ok(TransferRow { stored, consolidated_at: r.consolidated_at })
             })
             .collect()
     }
@@ -75,9 +81,9 @@ impl PgStore {
     /// already has. Beforehand (each in its own short transaction, as the
     /// server does at start): registers the vectors' models with their
     /// indexes.
-    pub async fn import_batch(&self, tenant: &str, batch: &[StoredMemory]) -> anyhow::Result<Vec<bool>> {
+    pub async fn import_batch(&self, tenant: &str, batch: &[TransferRow]) -> anyhow::Result<Vec<bool>> {
         let mut models = BTreeMap::new();
-        for e in batch.iter().filter_map(|r| r.embedding.as_ref()) {
+        for e in batch.iter().filter_map(|r| r.stored.embedding.as_ref()) {
             models.entry(e.model.as_str()).or_insert(e.vector.len());
         }
         for (model, dimensions) in models {
@@ -86,7 +92,7 @@ impl PgStore {
 
         let mut tx = self.pool.begin().await?;
         let mut inserted = Vec::with_capacity(batch.len());
-        for r in batch {
+        for TransferRow { stored: r, consolidated_at } in batch {
             let m = &r.memory;
             let table = rows::table(m.tier);
             let exists: bool = sqlx::query_scalar(AssertSqlSafe(format!(
@@ -102,6 +108,14 @@ impl PgStore {
             }
             let mut qb = insert(tenant, r)?;
             qb.build().execute(&mut *tx).await.map_err(|e| conflict_context(e, r))?;
+            if let (Tier::Episodic, Some(at)) = (m.tier, consolidated_at) {
+                sqlx::query("UPDATE episodic_memory SET consolidated_at = $3 WHERE tenant_id = $1 AND id = $2")
+                    .bind(tenant)
+                    .bind(m.id)
+                    .bind(at)
+                    .execute(&mut *tx)
+                    .await?;
+            }
             inserted.push(true);
         }
         tx.commit().await?;

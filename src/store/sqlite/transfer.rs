@@ -9,9 +9,9 @@ use sqlx::{QueryBuilder, Sqlite};
 
 use super::rows::{COLUMNS, MemoryRow, decode_vector, encode_vector, to_json_text};
 use super::write::IndexOp;
-use super::{SqliteStore, micros, store_error};
+use super::{SqliteStore, from_micros, micros, store_error};
 use crate::domain::{Memory, Tier};
-use crate::store::{Cursor, Embedding, StoreResult, StoredMemory};
+use crate::store::{Cursor, Embedding, StoreResult, StoredMemory, TransferRow};
 
 #[derive(sqlx::FromRow)]
 struct ExportRow {
@@ -19,6 +19,7 @@ struct ExportRow {
     row: MemoryRow,
     content_hash: String,
     reward_count: Option<i32>,
+    consolidated_at: Option<i64>,
     embedding: Option<Vec<u8>>,
 }
 
@@ -32,9 +33,10 @@ impl SqliteStore {
         limit: usize,
         vectors: bool,
         now: DateTime<Utc>,
-    ) -> StoreResult<Vec<StoredMemory>> {
-        let mut qb =
-            QueryBuilder::<Sqlite>::new(format!("select {COLUMNS}, m.content_hash, m.reward_count, case when "));
+    ) -> StoreResult<Vec<TransferRow>> {
+        let mut qb = QueryBuilder::<Sqlite>::new(format!(
+            "select {COLUMNS}, m.content_hash, m.reward_count, m.consolidated_at, case when "
+        ));
         qb.push_bind(vectors).push(" then m.embedding end as embedding from memories m where m.tenant_id = ");
         qb.push_bind(tenant).push(" and m.tier = ").push_bind(tier.as_str());
         qb.push(" and (m.expires_at is null or m.expires_at > ").push_bind(micros(now)).push(")");
@@ -54,19 +56,22 @@ impl SqliteStore {
                     }
                     _ => None,
                 };
-                Ok(StoredMemory { memory, content_hash: r.content_hash, reward_count: r.reward_count, embedding })
+                let consolidated_at = r.consolidated_at.map(from_micros).transpose()?;
+                let stored =
+                    StoredMemory { memory, content_hash: r.content_hash, reward_count: r.reward_count, embedding };
+                Ok(TransferRow { stored, consolidated_at })
             })
             .collect()
     }
 
     /// Inserts the rows as given in one transaction, skipping ids the tenant
     /// already has; the in-process indexes learn the new rows after the commit.
-    pub async fn import_batch(&self, tenant: &str, batch: &[StoredMemory]) -> anyhow::Result<Vec<bool>> {
+    pub async fn import_batch(&self, tenant: &str, batch: &[TransferRow]) -> anyhow::Result<Vec<bool>> {
         let _gate = self.inner.write_gate.lock().await;
         let mut tx = self.inner.pool.begin().await?;
         let mut inserted = Vec::with_capacity(batch.len());
         let mut ops = Vec::new();
-        for r in batch {
+        for TransferRow { stored: r, consolidated_at } in batch {
             let m = &r.memory;
             let exists: Option<i64> = sqlx::query_scalar("select 1 from memories where tenant_id = ? and id = ?")
                 .bind(tenant)
@@ -87,6 +92,14 @@ impl SqliteStore {
                     _ => anyhow::Error::new(e).context(format!("inserting {what}")),
                 }
             })?;
+            if let (Tier::Episodic, Some(at)) = (m.tier, consolidated_at) {
+                sqlx::query("update memories set consolidated_at = ? where tenant_id = ? and id = ?")
+                    .bind(micros(*at))
+                    .bind(tenant)
+                    .bind(m.id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
             ops.push(IndexOp::Put(m.clone(), r.embedding.clone()));
             inserted.push(true);
         }
