@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::server::{ServerEnv, ServerProcess, free_port};
+use crate::server::{OwnDatabase, ServerEnv, ServerProcess, free_port, service_url};
 
 const EPISODES: usize = 1_200;
 /// Episodes per session; a session's episodes are summarised two by two.
@@ -17,18 +17,9 @@ const BATCH: usize = 100;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_consolidation_killed_mid_run_resumes_each_episode_once_on_postgres() {
-    let base = std::env::var("ENGRAM_TEST_DATABASE_URL").expect(
-        "ENGRAM_TEST_DATABASE_URL is not set: run the tests with scripts/test.sh, which starts Postgres and Redis",
-    );
-    let name = format!("engram_crash_{}", Uuid::new_v4().simple());
-    let admin = sqlx::PgPool::connect(&base).await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&admin).await.unwrap();
-    let (server, _) = base.rsplit_once('/').expect("a database URL ends with its name");
-    kill_mid_consolidation(format!("{server}/{name}")).await;
-    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
-        .execute(&admin)
-        .await
-        .unwrap();
+    let db = OwnDatabase::create().await;
+    kill_mid_consolidation(db.url.clone()).await;
+    db.drop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -95,9 +86,7 @@ async fn consolidate(client: &reqwest::Client, base: &str) -> String {
 }
 
 async fn kill_mid_consolidation(database_url: String) {
-    let redis_url = std::env::var("ENGRAM_TEST_REDIS_URL").expect(
-        "ENGRAM_TEST_REDIS_URL is not set: run the tests with scripts/test.sh, which starts Postgres and Redis",
-    );
+    let redis_url = service_url("ENGRAM_TEST_REDIS_URL");
     let run = Uuid::new_v4().simple().to_string();
     let data_dir =
         std::env::temp_dir().join(format!("engram-crash-consolidation-{run}")).to_string_lossy().into_owned();

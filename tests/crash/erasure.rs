@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::server::{ServerEnv, ServerProcess, free_port};
+use crate::server::{OwnDatabase, ServerEnv, ServerProcess, free_port, service_url};
 
 const SUBJECT_ROWS: usize = 2_000;
 const OTHER_ROWS: usize = 50;
@@ -24,21 +24,11 @@ const BATCH: usize = 100;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_erasure_killed_mid_delete_resumes_and_completes_on_postgres() {
-    let base = std::env::var("ENGRAM_TEST_DATABASE_URL").expect(
-        "ENGRAM_TEST_DATABASE_URL is not set: run the tests with scripts/test.sh, which starts Postgres and Redis",
-    );
     // A database of its own: a server's erasure worker works on every
     // erasure in its database.
-    let name = format!("engram_crash_{}", Uuid::new_v4().simple());
-    let admin = sqlx::PgPool::connect(&base).await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&admin).await.unwrap();
-    let (server, _) = base.rsplit_once('/').expect("a database URL ends with its name");
-    let url = format!("{server}/{name}");
-    kill_mid_erasure(url).await;
-    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
-        .execute(&admin)
-        .await
-        .unwrap();
+    let db = OwnDatabase::create().await;
+    kill_mid_erasure(db.url.clone()).await;
+    db.drop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -90,9 +80,7 @@ async fn erasure(client: &reqwest::Client, base: &str, id: &str) -> Value {
 }
 
 async fn kill_mid_erasure(database_url: String) {
-    let redis_url = std::env::var("ENGRAM_TEST_REDIS_URL").expect(
-        "ENGRAM_TEST_REDIS_URL is not set: run the tests with scripts/test.sh, which starts Postgres and Redis",
-    );
+    let redis_url = service_url("ENGRAM_TEST_REDIS_URL");
     let run = Uuid::new_v4().simple().to_string();
     let data_dir = std::env::temp_dir().join(format!("engram-crash-erasure-{run}")).to_string_lossy().into_owned();
     let env = ServerEnv {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::server::{ServerEnv, ServerProcess, free_port};
+use crate::server::{ServerEnv, ServerProcess, free_port, service_url};
 
 /// Concurrent writer tasks.
 const WRITERS: usize = 8;
@@ -172,9 +172,7 @@ async fn missing_after_restart(client: &reqwest::Client, base: &str, acked: Vec<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn acknowledged_writes_survive_kill_9_of_the_server() {
-    let database_url = std::env::var("ENGRAM_TEST_DATABASE_URL").expect(
-        "ENGRAM_TEST_DATABASE_URL is not set: run the tests with scripts/test.sh, which starts Postgres and Redis",
-    );
+    let database_url = service_url("ENGRAM_TEST_DATABASE_URL");
     kill_9_and_restart(database_url).await;
 }
 
@@ -186,9 +184,7 @@ async fn acknowledged_writes_survive_kill_9_of_the_embedded_server() {
 /// Writes until `ACKED_BEFORE_KILL` acknowledgements, kills the server with
 /// SIGKILL, restarts it and reads every acknowledged id back.
 async fn kill_9_and_restart(database_url: String) {
-    let redis_url = std::env::var("ENGRAM_TEST_REDIS_URL").expect(
-        "ENGRAM_TEST_REDIS_URL is not set: run the tests with scripts/test.sh, which starts Postgres and Redis",
-    );
+    let redis_url = service_url("ENGRAM_TEST_REDIS_URL");
     let run = Uuid::new_v4().simple().to_string();
     let data_dir = std::env::temp_dir().join(format!("engram-crash-{run}")).to_string_lossy().into_owned();
     let env = ServerEnv {

@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::server::{ServerEnv, ServerProcess, free_port};
+use crate::server::{ServerEnv, ServerProcess, free_port, service_url};
 
 /// How long the test waits for something it polls (a commit, the outbox job).
 const POLL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -180,9 +180,7 @@ async fn a_batch_committed_before_a_kill_9_gets_its_working_entry_once_from_the_
         eprintln!("skipped on the embedded backend: the outbox between Postgres and Redis is Postgres-only");
         return;
     }
-    let database_url = std::env::var("ENGRAM_TEST_DATABASE_URL").expect(
-        "ENGRAM_TEST_DATABASE_URL is not set: run the tests with scripts/test.sh, which starts Postgres and Redis",
-    );
+    let database_url = service_url("ENGRAM_TEST_DATABASE_URL");
     let redis = OwnRedis::start();
     let run = Uuid::new_v4().simple().to_string();
     let env = ServerEnv {

@@ -96,3 +96,36 @@ pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0");
     listener.local_addr().expect("local address").port()
 }
+
+/// A test service's address from the environment scripts/test.sh sets up.
+pub fn service_url(var: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| {
+        panic!("{var} is not set: run the tests with scripts/test.sh, which starts Postgres and Redis")
+    })
+}
+
+/// A Postgres database of a test's own, on the test server: a server's
+/// background workers (erasure, consolidation) work on everything in their
+/// database, so a test that watches them gets one to itself.
+pub struct OwnDatabase {
+    admin: sqlx::PgPool,
+    name: String,
+    pub url: String,
+}
+
+impl OwnDatabase {
+    pub async fn create() -> OwnDatabase {
+        let base = service_url("ENGRAM_TEST_DATABASE_URL");
+        let name = format!("engram_crash_{}", uuid::Uuid::new_v4().simple());
+        let admin = sqlx::PgPool::connect(&base).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&admin).await.unwrap();
+        let (server, _) = base.rsplit_once('/').expect("a database URL ends with its name");
+        let url = format!("{server}/{name}");
+        OwnDatabase { admin, name, url }
+    }
+
+    pub async fn drop(self) {
+        let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&self.admin).await.unwrap();
+    }
+}
