@@ -254,9 +254,10 @@ fn stretch(relevance: &mut [f64]) {
     if best <= 0.0 {
         return;
     }
-    let mut sorted = relevance.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let median = sorted[(sorted.len() - 1) / 2];
+    // A context scores hundreds of candidates: select the median, no sort.
+    let mut scratch = relevance.to_vec();
+    let middle = (scratch.len() - 1) / 2;
+    let (_, &mut median, _) = scratch.select_nth_unstable_by(middle, f64::total_cmp);
     if best > median {
         relevance.iter_mut().for_each(|r| *r = ((*r - median) / (best - median)).max(0.0));
     } else {

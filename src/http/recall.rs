@@ -24,7 +24,7 @@ pub const DEFAULT_TOP_K: usize = 20;
 pub const MAX_TOP_K: usize = 200;
 pub const DEFAULT_OUTPUT_RESERVE: i64 = 4096;
 
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchFilter {
     /// `metadata.KEY` must equal this JSON value (no NUL in keys or strings).
@@ -165,7 +165,7 @@ fn search_params(
         w.check("/weights")?;
     }
     let min_relevance = min_relevance.map(|m| validate::unit_interval("/min_relevance", m)).transpose()?;
-    let filter = filter.unwrap_or(SearchFilter { metadata: None, since: None, until: None, as_of: None });
+    let filter = filter.unwrap_or_default();
     if let Some(m) = &filter.metadata {
         validate::storable_json("/filter/metadata", &Value::Object(m.clone()))?;
     }
