@@ -112,7 +112,7 @@ pub async fn request_consolidation(
     get, path = "/v1/consolidation/{id}", tag = "consolidation",
     params(("id" = Uuid, Path, description = "Job id")),
     responses(
-        (status = 200, body = ConsolidationJobResponse),
+        (status = 200, description = "The job's state and report", body = ConsolidationJobResponse),
         (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 404, description = "No such job for this tenant (or another agent's for a key bound to agents)", body = ErrorBody),
         (status = 422, description = "The id is not a UUID", body = ErrorBody),

@@ -47,7 +47,7 @@ pub struct CreateMemoryRequest {
     pub private: Option<bool>,
     /// Any JSON object of at most 16 KiB serialised; keys non-empty with no
     /// hidden characters and no string holding NUL, at any depth.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<std::collections::HashMap<String, serde_json::Value>>)]
     pub metadata: Option<Map<String, Value>>,
     /// When it happened (RFC 3339, years 1-9999, at most 24 hours ahead); default now. Recency decays from here.
     pub occurred_at: Option<DateTime<Utc>>,
@@ -75,10 +75,10 @@ pub struct CreateMemoryRequest {
     #[schema(min_length = 1, max_length = 4096)]
     pub trigger_pattern: Option<String>,
     /// Procedural: learned parameters or steps.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<std::collections::HashMap<String, serde_json::Value>>)]
     pub policy: Option<Map<String, Value>>,
     /// Procedural: ordered tool calls.
-    #[schema(value_type = Option<Vec<Object>>)]
+    #[schema(value_type = Option<Vec<std::collections::HashMap<String, serde_json::Value>>>)]
     pub tool_sequence: Option<Vec<Value>>,
     /// Procedural: reward of this use, -1 to 1; averaged into `avg_reward`.
     #[schema(minimum = -1.0, maximum = 1.0)]
@@ -131,7 +131,7 @@ pub struct UpdateMemoryRequest {
     pub importance: Option<f64>,
     /// Merged into the stored metadata (RFC 7396: a null value removes its
     /// key). The rules of `metadata` on write.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<std::collections::HashMap<String, serde_json::Value>>)]
     pub metadata: Option<Map<String, Value>>,
     /// New retention; expires_at becomes created_at plus its duration.
     pub retention: Option<Retention>,

@@ -65,7 +65,7 @@ pub struct ErasureResponse {
     pub state: ErasureState,
     pub tenant: String,
     /// What was asked: `{"user_id", "agent_id"?}` or `{"memory_ids"}`.
-    #[schema(value_type = Object)]
+    #[schema(value_type = std::collections::HashMap<String, serde_json::Value>)]
     pub selector: serde_json::Value,
     /// The id of the API key that asked (`keyless` without keys).
     pub requested_by: String,
@@ -157,7 +157,7 @@ pub async fn request_erasure(
     get, path = "/v1/erasure/{id}", tag = "erasure",
     params(("id" = Uuid, Path, description = "Erasure id")),
     responses(
-        (status = 200, body = ErasureResponse),
+        (status = 200, description = "The erasure's state and receipt", body = ErasureResponse),
         (status = 403, description = "The key's scope is too small (insufficient_scope; needs `admin`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 404, description = "No such erasure for this tenant (erasure_not_found)", body = ErrorBody),
         (status = 422, description = "The id is not a UUID", body = ErrorBody),
@@ -186,10 +186,10 @@ pub struct AuditEntryResponse {
     /// or `legal_hold_released`.
     pub operation: String,
     /// What it applied to.
-    #[schema(value_type = Object)]
+    #[schema(value_type = std::collections::HashMap<String, serde_json::Value>)]
     pub target: serde_json::Value,
     /// How much it touched.
-    #[schema(value_type = Object)]
+    #[schema(value_type = std::collections::HashMap<String, serde_json::Value>)]
     pub counts: serde_json::Value,
     /// The hash of the tenant's entry before it (64 zeros for the first).
     pub prev_hash: String,
@@ -231,7 +231,7 @@ const AUDIT_MAX_LIMIT: usize = 1000;
     get, path = "/v1/audit", tag = "erasure",
     params(("after" = Option<i64>, Query, minimum = 0), ("limit" = Option<usize>, Query, minimum = 1, maximum = 1000)),
     responses(
-        (status = 200, body = AuditPageResponse),
+        (status = 200, description = "One page of the audit log", body = AuditPageResponse),
         (status = 403, description = "The key's scope is too small (insufficient_scope; needs `admin`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 422, description = "Bad parameter", body = ErrorBody),
     ),
@@ -284,7 +284,7 @@ pub struct AuditVerificationResponse {
 #[utoipa::path(
     get, path = "/v1/audit/verify", tag = "erasure",
     responses(
-        (status = 200, body = AuditVerificationResponse),
+        (status = 200, description = "The result of the verification", body = AuditVerificationResponse),
         (status = 403, description = "The key's scope is too small (insufficient_scope; needs `admin`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
     ),
     security(("bearer" = ["admin"]))

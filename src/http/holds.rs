@@ -122,7 +122,7 @@ pub async fn place_hold(
     get, path = "/v1/holds", tag = "erasure",
     params(("user_id" = Option<String>, Query, min_length = 1, max_length = 64, description = "Only this user's holds")),
     responses(
-        (status = 200, body = HoldListResponse),
+        (status = 200, description = "The holds", body = HoldListResponse),
         (status = 403, description = "The key's scope is too small (insufficient_scope; needs `admin`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 422, description = "Bad parameter", body = ErrorBody),
     ),
@@ -153,7 +153,7 @@ pub async fn list_holds(
     get, path = "/v1/holds/{id}", tag = "erasure",
     params(("id" = Uuid, Path, description = "Hold id")),
     responses(
-        (status = 200, body = HoldResponse),
+        (status = 200, description = "The hold", body = HoldResponse),
         (status = 403, description = "The key's scope is too small (insufficient_scope; needs `admin`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 404, description = "No such hold for this tenant (hold_not_found)", body = ErrorBody),
         (status = 422, description = "The id is not a UUID", body = ErrorBody),

@@ -107,7 +107,7 @@ pub async fn create_memories(
     get, path = "/v1/memories/{id}", tag = "memories",
     params(("id" = Uuid, Path, description = "Memory id")),
     responses(
-        (status = 200, body = MemoryResponse),
+        (status = 200, description = "The memory", body = MemoryResponse),
         (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 404, description = "No such memory for this tenant (or expired, or another agent's for a key bound to agents)", body = ErrorBody),
         (status = 422, description = "The id is not a UUID", body = ErrorBody),
@@ -144,7 +144,7 @@ async fn require_own(state: &AppState, tenant: &str, agents: &Agents, id: Uuid) 
     params(("id" = Uuid, Path, description = "Memory id")),
     request_body = UpdateMemoryRequest,
     responses(
-        (status = 200, body = MemoryResponse),
+        (status = 200, description = "The memory as updated", body = MemoryResponse),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read_write`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 404, description = "No such memory for this tenant (or expired, or another agent's for a key bound to agents)", body = ErrorBody),
@@ -197,7 +197,7 @@ pub async fn delete_memory(
     get, path = "/v1/memories/{id}/history", tag = "memories",
     params(("id" = Uuid, Path, description = "Memory id")),
     responses(
-        (status = 200, body = HistoryResponse),
+        (status = 200, description = "The fact and the chain it superseded", body = HistoryResponse),
         (status = 403, description = "The key's scope is too small (insufficient_scope; needs `read`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 404, description = "No such memory for this tenant (or another agent's for a key bound to agents)", body = ErrorBody),
         (status = 422, description = "The id is not a UUID", body = ErrorBody),
@@ -246,7 +246,7 @@ pub async fn memory_history(
         ("cursor" = Option<String>, Query, description = "A `next_cursor` from an earlier page"),
     ),
     responses(
-        (status = 200, body = ListResponse),
+        (status = 200, description = "One page of memories", body = ListResponse),
         (status = 400, description = "Bad cursor", body = ErrorBody),
         (status = 403, description = "The key is bound to other agents than agent_id (agent_not_allowed), or its scope is too small (insufficient_scope; needs `read`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 422, description = "Bad parameter, or no agent_id with a key bound to several agents", body = ErrorBody),

@@ -28,7 +28,7 @@ pub const DEFAULT_OUTPUT_RESERVE: i64 = 4096;
 #[serde(deny_unknown_fields)]
 pub struct SearchFilter {
     /// `metadata.KEY` must equal this JSON value (no NUL in keys or strings).
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<std::collections::HashMap<String, serde_json::Value>>)]
     pub metadata: Option<Map<String, Value>>,
     /// Only memories that occurred at or after this time.
     pub since: Option<DateTime<Utc>>,
@@ -218,7 +218,7 @@ fn search_params(
     post, path = "/v1/memories/search", tag = "recall",
     request_body = SearchRequest,
     responses(
-        (status = 200, body = SearchResponse),
+        (status = 200, description = "The results, best first", body = SearchResponse),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 403, description = "The key is bound to other agents than agent_id (agent_not_allowed), or its scope is too small (insufficient_scope; needs `read`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 413, description = "Body over the limit", body = ErrorBody),
@@ -272,7 +272,7 @@ pub async fn search_memories(
     post, path = "/v1/context", tag = "recall",
     request_body = ContextRequest,
     responses(
-        (status = 200, body = ContextResponse),
+        (status = 200, description = "The context block", body = ContextResponse),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 403, description = "The key is bound to other agents than agent_id (agent_not_allowed), or its scope is too small (insufficient_scope; needs `read`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 413, description = "Body over the limit", body = ErrorBody),

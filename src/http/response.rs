@@ -32,7 +32,7 @@ pub struct MemoryResponse {
     /// 0 to 1.
     pub importance: f64,
     pub retention: Retention,
-    #[schema(value_type = Object)]
+    #[schema(value_type = std::collections::HashMap<String, serde_json::Value>)]
     pub metadata: Map<String, Value>,
     /// Private memories are never shared with other agents.
     pub private: bool,
@@ -94,10 +94,10 @@ pub struct MemoryResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trigger_pattern: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<std::collections::HashMap<String, serde_json::Value>>)]
     pub policy: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Vec<Object>>)]
+    #[schema(value_type = Option<Vec<std::collections::HashMap<String, serde_json::Value>>>)]
     pub tool_sequence: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub success_count: Option<i32>,

@@ -68,7 +68,7 @@ impl From<TierPreview> for TierPreviewResponse {
     get, path = "/v1/retention/preview", tag = "retention",
     params(("limit" = Option<usize>, Query)),
     responses(
-        (status = 200, body = RetentionPreviewResponse),
+        (status = 200, description = "What the next sweep would delete, per tier", body = RetentionPreviewResponse),
         (status = 403, description = "The key's scope is too small (insufficient_scope; needs `admin`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 422, description = "Bad parameter", body = ErrorBody),
     ),

@@ -142,7 +142,7 @@ const SCOPE_403_ADMIN: &str = "The key's scope is too small (insufficient_scope;
     post, path = "/v1/share/grants", tag = "sharing",
     request_body = CreateGrantRequest,
     responses(
-        (status = 201, body = GrantResponse, headers(("Location" = String, description = "The grant"))),
+        (status = 201, description = "The grant, created", body = GrantResponse, headers(("Location" = String, description = "The grant"))),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 403, description = SCOPE_403_ADMIN, body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
@@ -179,7 +179,7 @@ pub async fn create_grant(
 #[utoipa::path(
     get, path = "/v1/share/grants", tag = "sharing",
     responses(
-        (status = 200, body = GrantListResponse),
+        (status = 200, description = "The grants", body = GrantListResponse),
         (status = 403, description = SCOPE_403_READ, body = ErrorBody),
     ),
     security(("bearer" = ["read"]))
@@ -205,7 +205,7 @@ pub async fn list_grants(
         ("withdraw" = Option<bool>, Query, description = "Also erase the copies shared under the grant"),
     ),
     responses(
-        (status = 200, body = RevokeResponse),
+        (status = 200, description = "The grant, revoked", body = RevokeResponse),
         (status = 403, description = SCOPE_403_ADMIN, body = ErrorBody),
         (status = 404, description = "No such grant in this tenant (grant_not_found)", body = ErrorBody),
         (status = 409, description = "A grant from the configuration (conflict), or a legal hold on a copy's user (legal_hold)", body = ErrorBody),
@@ -258,7 +258,7 @@ pub struct TeamListResponse {
     params(("team" = String, Path, min_length = 1, max_length = 64, description = "The team")),
     request_body = TeamRequest,
     responses(
-        (status = 200, body = TeamListResponse),
+        (status = 200, description = "The teams", body = TeamListResponse),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 403, description = SCOPE_403_ADMIN, body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
@@ -289,7 +289,7 @@ pub async fn set_team(
 #[utoipa::path(
     get, path = "/v1/share/teams", tag = "sharing",
     responses(
-        (status = 200, body = TeamListResponse),
+        (status = 200, description = "The teams, with this one set", body = TeamListResponse),
         (status = 403, description = SCOPE_403_READ, body = ErrorBody),
     ),
     security(("bearer" = ["read"]))
@@ -378,7 +378,7 @@ pub struct ShareResponse {
     post, path = "/v1/share", tag = "sharing",
     request_body = ShareBody,
     responses(
-        (status = 200, body = ShareResponse),
+        (status = 200, description = "What was shared and what was refused", body = ShareResponse),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 403, description = "No grant for some target (share_not_granted), the key is bound to agents other than from_agent_id (agent_not_allowed), or the key's scope is too small (insufficient_scope; needs `read_write`), or, without API keys, Host or Origin names a host not allowed", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
@@ -464,7 +464,7 @@ pub struct SharedListResponse {
         ("limit" = Option<usize>, Query, minimum = 1, maximum = 1000, description = "Default 100"),
     ),
     responses(
-        (status = 200, body = SharedListResponse),
+        (status = 200, description = "The shared copies", body = SharedListResponse),
         (status = 403, description = SCOPE_403_READ_AGENT, body = ErrorBody),
         (status = 422, description = "Bad parameter", body = ErrorBody),
     ),

@@ -33,7 +33,7 @@ pub struct Readiness {
 }
 
 /// The process is up.
-#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, body = Health)))]
+#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "The process is up", body = Health)))]
 pub async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
 }
@@ -43,7 +43,7 @@ pub async fn healthz() -> Json<Health> {
 /// Anyone may ask for the status; the per-backend `checks` are shown to an
 /// admin key (`Authorization: Bearer`), or to anyone on a server without keys.
 #[utoipa::path(get, path = "/readyz", tag = "operations",
-    responses((status = 200, body = Readiness), (status = 503, body = Readiness)))]
+    responses((status = 200, description = "Every backend answers", body = Readiness), (status = 503, description = "A backend does not answer", body = Readiness)))]
 pub async fn readyz(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let limit = Duration::from_secs(2);
     let (db, redis) = tokio::join!(
