@@ -269,6 +269,8 @@ impl Api {
         let total: usize = loaded.conversations.iter().map(|c| c.memories.len()).sum();
         let mut written = 0;
         let started = Instant::now();
+        // A bar on a terminal; elsewhere a line per conversation.
+        let bar = engram::progress::items("written", Some(total as u64));
         for c in &loaded.conversations {
             for chunk in c.memories.chunks(BATCH) {
                 let memories: Vec<Value> = chunk
@@ -293,9 +295,13 @@ impl Api {
                     bail!("writing {}: sent {} memories, the server answered {n}", c.sample_id, chunk.len());
                 }
                 written += n;
+                bar.inc(n as u64);
+            }
+            if bar.is_hidden() {
                 eprintln!("  written {written}/{total} ({} {:.1} s)", c.sample_id, started.elapsed().as_secs_f64());
             }
         }
+        bar.finish_and_clear();
         Ok(())
     }
 

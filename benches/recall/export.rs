@@ -76,6 +76,7 @@ pub async fn write(
     let mut order: Vec<usize> = (0..records.len()).collect();
     order.sort_by_key(|&i| records[i]["content"].as_str().map_or(0, str::len));
     let started = Instant::now();
+    let bar = engram::progress::items("export: embedding", Some(records.len() as u64));
     for (done, chunk) in order.chunks(EMBED_CHUNK).enumerate() {
         let texts: Vec<String> =
             chunk.iter().map(|&i| records[i]["content"].as_str().unwrap_or_default().to_string()).collect();
@@ -84,10 +85,12 @@ pub async fn write(
             records[i]["vector"] = json!(v);
         }
         let n = ((done + 1) * EMBED_CHUNK).min(records.len());
-        if done % 20 == 0 || n == records.len() {
+        bar.inc(chunk.len() as u64);
+        if bar.is_hidden() && (done % 20 == 0 || n == records.len()) {
             eprintln!("export: {n} of {} texts embedded in {:.0} s", records.len(), started.elapsed().as_secs_f64());
         }
     }
+    bar.finish_and_clear();
 
     // Working memory: each agent's session keeps its newest WORKING_CAP.
     let mut working = 0;

@@ -364,12 +364,15 @@ async fn load_persistent(
         let t0 = Instant::now();
         let mut done = 0usize;
         let mut last_report = Instant::now();
+        // A bar on a terminal; elsewhere a line every 10 s.
+        let bar = engram::progress::items(&format!("load: {table}"), Some(rows.len() as u64));
         let mut inserts = futures::stream::iter(rows.chunks(BATCH_ROWS))
             .map(|chunk| insert_batch(pool, tenant, tier, chunk, &model, &vectors))
             .buffer_unordered(INSERTS_IN_FLIGHT);
         while let Some(n) = inserts.try_next().await? {
             done += n as usize;
-            if last_report.elapsed() >= StdDuration::from_secs(10) || done == rows.len() {
+            bar.inc(n);
+            if bar.is_hidden() && (last_report.elapsed() >= StdDuration::from_secs(10) || done == rows.len()) {
                 last_report = Instant::now();
                 eprintln!(
                     "load: {table} {done}/{} rows ({:.0} rows/s)",
@@ -378,6 +381,7 @@ async fn load_persistent(
                 );
             }
         }
+        bar.finish_and_clear();
     }
     eprintln!("load: persistent tiers loaded in {:.0} s", started.elapsed().as_secs_f64());
     Ok(())

@@ -203,19 +203,43 @@ pub fn openapi_json() -> String {
     text
 }
 
+/// The whole service: the REST API, its documents, and the MCP endpoint
+/// (`/mcp`), whose tools call the REST API in-process (`crate::mcp`).
 pub fn router(state: AppState) -> Router {
+    let rest = with_layers(routes(), state.clone());
+    let mcp = crate::mcp::http_service(rest, state.body_limit);
+    let mcp = ServiceBuilder::new().layer(middleware::from_fn_with_state(state.clone(), mcp_guard)).service(mcp);
+    with_layers(routes().route_service("/mcp", mcp), state)
+}
+
+/// The REST routes and the documents, without state or middleware.
+fn routes() -> Router<AppState> {
     let (api, _) = api_router().split_for_parts();
+    api.route("/openapi.json", get(system::openapi_json))
+        .route("/docs", get(system::docs_page))
+        .route("/docs/swagger-ui.css", get(system::docs_css))
+        .route("/docs/swagger-ui-bundle.js", get(system::docs_js))
+        .fallback(|| async { ApiError::RouteNotFound })
+}
+
+/// An MCP client needs a known key (any scope; each tool then needs the
+/// scope of its REST operation), answered like the REST API's 401.
+async fn mcp_guard(axum::extract::State(state): axum::extract::State<AppState>, req: Request, next: Next) -> Response {
+    match state.auth.authorize(req.headers(), crate::config::Scope::Read) {
+        Ok(_) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The middleware every request passes through, and the state.
+fn with_layers(routes: Router<AppState>, state: AppState) -> Router {
     let timeouts = Timeouts {
         request: Duration::from_millis(state.request_timeout_ms),
         write: Duration::from_millis(state.write_timeout_ms),
     };
     let body_limit = state.body_limit;
     let limits = state.limits.clone();
-    api.route("/openapi.json", get(system::openapi_json))
-        .route("/docs", get(system::docs_page))
-        .route("/docs/swagger-ui.css", get(system::docs_css))
-        .route("/docs/swagger-ui-bundle.js", get(system::docs_js))
-        .fallback(|| async { ApiError::RouteNotFound })
+    routes
         .layer(
             ServiceBuilder::new()
                 .layer(SetRequestIdLayer::new(REQUEST_ID_HEADER, MakeRequestUuid))
@@ -268,7 +292,8 @@ struct Timeouts {
 /// Answers 503 `timeout` when the request runs past its time; dropping the
 /// handler's future drops its remaining work.
 async fn time_limit(timeouts: Timeouts, req: Request, next: Next) -> Response {
-    let limit = if req.method() == axum::http::Method::POST && req.uri().path() == "/v1/memories" {
+    // An MCP call may be a write (`remember`) and gets a write's time.
+    let limit = if req.method() == axum::http::Method::POST && matches!(req.uri().path(), "/v1/memories" | "/mcp") {
         timeouts.write
     } else {
         timeouts.request
@@ -336,6 +361,23 @@ mod tests {
 
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
+        }
+    }
+
+    /// OpenAPI 3.1 requires a description on every response; generators
+    /// (openapi-python-client) refuse a document without one.
+    #[test]
+    fn every_documented_response_has_a_description() {
+        use utoipa::openapi::RefOr;
+        let doc = openapi();
+        for (path, item) in &doc.paths.paths {
+            for op in [&item.get, &item.post, &item.patch, &item.put, &item.delete].into_iter().flatten() {
+                for (status, response) in &op.responses.responses {
+                    if let RefOr::T(response) = response {
+                        assert!(!response.description.trim().is_empty(), "{path} {status}");
+                    }
+                }
+            }
         }
     }
 

@@ -47,6 +47,9 @@ impl Reembed {
         let model = self.embedder.model_id().to_string();
         let mut announced = false;
         let mut total = 0usize;
+        // The job runs in the server: its progress is log lines (done, the
+        // rate since it started, the time left at that rate), not a bar.
+        let mut started = std::time::Instant::now();
         loop {
             let pending = match self.store.maintenance.reembed_pending(&model).await {
                 Ok(n) => n,
@@ -61,11 +64,23 @@ impl Reembed {
                 if !announced {
                     tracing::info!(model, pending, "re-embedding memories into the configured model's vector space");
                     announced = true;
+                    started = std::time::Instant::now();
+                    total = 0;
                 }
                 match self.run_once().await {
                     Ok(n) => {
                         total += n;
-                        tracing::info!(model, done = total, remaining = pending - n as i64, "re-embedding progress");
+                        let remaining = (pending - n as i64).max(0);
+                        let per_sec = total as f64 / started.elapsed().as_secs_f64().max(1e-3);
+                        let eta_secs = if per_sec > 0.0 { (remaining as f64 / per_sec).round() as u64 } else { 0 };
+                        tracing::info!(
+                            model,
+                            done = total,
+                            remaining,
+                            per_sec = per_sec.round() as u64,
+                            eta_secs,
+                            "re-embedding progress"
+                        );
                         idle = self.pause;
                     }
                     Err(e) => tracing::warn!(error = ?e, "re-embedding batch failed; retrying later"),
