@@ -49,6 +49,8 @@ pub struct SearchParams {
     pub min_relevance: Option<f64>,
     /// What the agent knew at this time (`store::SearchQuery::as_of`).
     pub as_of: Option<DateTime<Utc>>,
+    /// Facts that held at this time (`store::SearchQuery::valid_at`).
+    pub valid_at: Option<DateTime<Utc>>,
     /// Also recall candidates (facts that lost their slot, `contested_by` set).
     pub include_candidates: bool,
 }
@@ -327,6 +329,7 @@ impl MemoryService {
             per_leg,
             include_candidates: p.include_candidates,
             as_of: p.as_of,
+            valid_at: p.valid_at,
         };
         // The store starts with what needs no vector while the query is
         // being embedded, and gets the vector when it is ready.

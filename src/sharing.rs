@@ -326,6 +326,7 @@ impl SharingService {
                     min_relevance: None,
                     include_candidates: false,
                     as_of: None,
+                    valid_at: None,
                 };
                 self.memories.search(tenant, &params).await?.results.into_iter().map(|s| s.memory).collect()
             }

@@ -39,6 +39,12 @@ pub struct SearchFilter {
     /// (candidates left out). What was deleted, erased or has expired since
     /// is gone from the past too.
     pub as_of: Option<DateTime<Utc>>,
+    /// Facts as they held in the world at this time: a fact holds from its
+    /// `valid_from` (its `occurred_at`) until the `valid_from` of the fact
+    /// that superseded it (or, when that one is gone, until it was
+    /// superseded); candidates never. With `as_of`, only what engram knew
+    /// then. The other tiers are not narrowed (`since`/`until` do that).
+    pub valid_at: Option<DateTime<Utc>>,
 }
 
 /// Search one agent's memories.
@@ -178,6 +184,9 @@ fn search_params(
     if let Some(t) = filter.as_of {
         validate::timestamp("/filter/as_of", t)?;
     }
+    if let Some(t) = filter.valid_at {
+        validate::timestamp("/filter/valid_at", t)?;
+    }
     Ok(SearchParams {
         agent_id,
         user_id,
@@ -190,6 +199,7 @@ fn search_params(
         since: filter.since,
         until: filter.until,
         as_of: filter.as_of,
+        valid_at: filter.valid_at,
         min_relevance,
         include_candidates: false,
     })
@@ -251,8 +261,9 @@ pub async fn search_memories(
         r.min_relevance,
     )?;
     agents.check("/agent_id", &params.agent_id)?;
-    // Candidates are never part of the past: `as_of` leaves them out.
-    let include_candidates = r.include_candidates.unwrap_or(false) && params.as_of.is_none();
+    // Candidates are never part of the past: `as_of` and `valid_at` leave them out.
+    let include_candidates =
+        r.include_candidates.unwrap_or(false) && params.as_of.is_none() && params.valid_at.is_none();
     let params = SearchParams { include_candidates, ..params };
     let outcome = state.service.search(&tenant, &params).await?;
     let results = outcome.results.into_iter().map(ScoredMemoryResponse::from).collect();

@@ -276,6 +276,12 @@ pub struct SearchQuery {
     /// then; of facts, those valid then (`valid_until` unset or later) and
     /// never a candidate. Expiry is still judged at the search's `now`.
     pub as_of: Option<DateTime<Utc>>,
+    /// Of facts, those that held in the world at this time: from their
+    /// `valid_from` until the `valid_from` of the fact that superseded them
+    /// (one known by `as_of`, when given), else until they were superseded
+    /// (`valid_until`, unset or after `as_of` meaning still open); never a
+    /// candidate. Other tiers are not narrowed.
+    pub valid_at: Option<DateTime<Utc>>,
 }
 
 /// The query vector of a search, still being computed when it starts.

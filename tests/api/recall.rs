@@ -354,6 +354,7 @@ async fn each_leg_scores_the_other_legs_candidates_too() {
         per_leg: 1,
         include_candidates: false,
         as_of: None,
+        valid_at: None,
     };
     let hits = app.store.search(&tenant, &query, app.clock.now()).await.unwrap();
     assert!(!hits.hits.is_empty());
@@ -544,6 +545,58 @@ async fn the_user_scope_narrows_to_the_user_and_keeps_what_belongs_to_no_user() 
     let (_, listed) = app.get_json(&format!("/v1/memories?agent_id={agent}&user_id=ann")).await;
     let listed: Vec<&Value> = listed["memories"].as_array().unwrap().iter().map(|m| &m["id"]).collect();
     assert_eq!(listed, vec![&ann["id"]], "listing filters exactly");
+}
+
+/// `valid_at`: the fact that held in the world at a moment, even when engram
+/// was told late (`occurred_at` in the past), with `as_of` what was known of
+/// it then; candidates never; both backends.
+#[tokio::test]
+async fn valid_at_recalls_the_fact_that_held_at_each_moment() {
+    let app = spawn_app().await;
+    let agent = format!("validat-{}", uuid::Uuid::new_v4().simple());
+    let lives = |city: &str, since: &str, confidence: f64| {
+        json!({"agent_id": agent, "user_id": "ann", "tier": "semantic", "content": format!("Ann lives in {city}"),
+               "subject": "ann", "predicate": "lives_in", "object": city, "confidence": confidence,
+               "occurred_at": since})
+    };
+    app.write_one(lives("Lisbon", "2025-01-01T00:00:00Z", 0.8)).await;
+    app.clock.advance(Days::days(1));
+    let porto = app.write_one(lives("Porto", "2025-06-01T00:00:00Z", 0.8)).await;
+    assert!(porto["supersedes"].is_string(), "{porto}");
+    // A weaker claim: a candidate, never valid.
+    let weak = app.write_one(lives("Madrid", "2025-07-01T00:00:00Z", 0.1)).await;
+    assert!(weak["contested_by"].is_string(), "{weak}");
+    let porto_known: DateTime<Utc> = porto["created_at"].as_str().unwrap().parse().unwrap();
+    app.clock.advance(Days::days(1));
+    // Told today that Ann moved to Berlin in November.
+    app.write_one(lives("Berlin", "2025-11-01T00:00:00Z", 0.8)).await;
+    let held = |valid_at: &str, as_of: Option<DateTime<Utc>>| {
+        let mut filter = json!({"valid_at": valid_at});
+        if let Some(a) = as_of {
+            filter["as_of"] = json!(a.to_rfc3339());
+        }
+        let q = json!({"agent_id": agent, "query": "Where does Ann live?", "tiers": ["semantic"],
+                       "include_candidates": true, "filter": filter});
+        let app = &app;
+        async move {
+            search(app, q)
+                .await
+                .iter()
+                .filter_map(|r| r["memory"]["object"].as_str().map(str::to_string))
+                .collect::<Vec<_>>()
+        }
+    };
+    assert!(held("2024-12-01T00:00:00Z", None).await.is_empty(), "before the first fact held");
+    assert_eq!(held("2025-03-01T00:00:00Z", None).await, vec!["Lisbon"]);
+    assert_eq!(held("2025-08-01T00:00:00Z", None).await, vec!["Porto"]);
+    assert_eq!(held("2025-12-01T00:00:00Z", None).await, vec!["Berlin"]);
+    // What engram knew the day Porto was written: Porto, still current.
+    assert_eq!(held("2025-12-01T00:00:00Z", Some(porto_known + Days::hours(1))).await, vec!["Porto"]);
+    let r = app
+        .post("/v1/memories/search", &json!({"agent_id": agent, "query": "x", "filter": {"valid_at": "June"}}))
+        .await;
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(r.text().await.unwrap().contains("valid_at"));
 }
 
 /// `as_of`: what the agent knew at a moment, the fact current then along its

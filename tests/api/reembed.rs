@@ -66,6 +66,7 @@ async fn a_model_change_reembeds_in_the_background_and_never_mixes_vector_spaces
         per_leg: 50,
         include_candidates: false,
         as_of: None,
+        valid_at: None,
     };
     let now = chrono::Utc::now();
 

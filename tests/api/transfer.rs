@@ -244,6 +244,7 @@ async fn a_postgres_tenant_moves_to_the_embedded_backend_unchanged() {
         per_leg: 10,
         include_candidates: false,
         as_of: None,
+        valid_at: None,
     };
     let hits = target.store.search(&tenant(&target), &query, Utc::now()).await.unwrap();
     assert!(hits.hits.iter().any(|h| h.memory.skill_name.as_deref() == Some("deploy") && h.similarity.is_some()));

@@ -54,7 +54,23 @@ fn push_filters(qb: &mut QueryBuilder<Postgres>, tenant: &str, tier: Tier, q: &S
         qb.push(" AND created_at <= ").push_bind(t);
     }
     if tier == Tier::Semantic {
-        if let Some(t) = q.as_of {
+        if let Some(t) = q.valid_at {
+            // The end of a fact's validity: the valid_from of its successor
+            // (`supersedes` is indexed), else when it was retired.
+            qb.push(" AND contested_by IS NULL AND valid_from <= ").push_bind(t);
+            qb.push(
+                " AND coalesce((SELECT min(n.valid_from) FROM semantic_memory n \
+                 WHERE n.tenant_id = semantic_memory.tenant_id AND n.supersedes = semantic_memory.id",
+            );
+            if let Some(a) = q.as_of {
+                qb.push(" AND n.created_at <= ").push_bind(a);
+            }
+            qb.push("), CASE WHEN valid_until IS NULL");
+            if let Some(a) = q.as_of {
+                qb.push(" OR valid_until > ").push_bind(a);
+            }
+            qb.push(" THEN 'infinity'::timestamptz ELSE valid_until END) > ").push_bind(t);
+        } else if let Some(t) = q.as_of {
             qb.push(" AND (valid_until IS NULL OR valid_until > ").push_bind(t).push(") AND contested_by IS NULL");
         } else if q.include_candidates {
             qb.push(" AND (valid_until IS NULL OR contested_by IS NOT NULL)");

@@ -103,7 +103,22 @@ fn push_filters(qb: &mut QueryBuilder<Sqlite>, tenant: &str, tiers: &[Tier], q: 
         qb.push(" and m.created_at <= ").push_bind(micros(t));
     }
     if tiers.contains(&Tier::Semantic) {
-        if let Some(t) = q.as_of {
+        if let Some(t) = q.valid_at {
+            // As on Postgres (`store::SearchQuery::valid_at`).
+            qb.push(" and (m.tier <> 'semantic' or (m.contested_by is null and m.valid_from <= ").push_bind(micros(t));
+            qb.push(
+                " and coalesce((select min(n.valid_from) from memories n \
+                 where n.tenant_id = m.tenant_id and n.supersedes = m.id",
+            );
+            if let Some(a) = q.as_of {
+                qb.push(" and n.created_at <= ").push_bind(micros(a));
+            }
+            qb.push("), case when m.valid_until is null");
+            if let Some(a) = q.as_of {
+                qb.push(" or m.valid_until > ").push_bind(micros(a));
+            }
+            qb.push(format!(" then {} else m.valid_until end) > ", i64::MAX)).push_bind(micros(t)).push("))");
+        } else if let Some(t) = q.as_of {
             qb.push(" and (m.tier <> 'semantic' or ((m.valid_until is null or m.valid_until > ")
                 .push_bind(micros(t))
                 .push(") and m.contested_by is null))");
@@ -144,6 +159,7 @@ struct Scope {
     now: i64,
     candidates: bool,
     as_of: Option<i64>,
+    valid_at: Option<i64>,
 }
 
 impl Scope {
@@ -157,6 +173,7 @@ impl Scope {
             now: micros(now),
             candidates: q.include_candidates,
             as_of: q.as_of.map(micros),
+            valid_at: q.valid_at.map(micros),
         }
     }
 
@@ -170,6 +187,7 @@ impl Scope {
             seen,
             candidates: self.candidates,
             as_of: self.as_of,
+            valid_at: self.valid_at,
         }
     }
 }

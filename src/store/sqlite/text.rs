@@ -487,7 +487,17 @@ mod tests {
     }
 
     fn all<'a>(tiers: &'a [Tier], seen: &'a HashSet<Uuid>) -> ScanFilter<'a> {
-        ScanFilter { tiers, user_id: None, since: None, until: None, now: 0, seen, candidates: false, as_of: None }
+        ScanFilter {
+            tiers,
+            user_id: None,
+            since: None,
+            until: None,
+            now: 0,
+            seen,
+            candidates: false,
+            as_of: None,
+            valid_at: None,
+        }
     }
 
     fn index_of(texts: &[(u128, &str)]) -> TextIndex {

@@ -117,6 +117,9 @@ pub struct ScanFilter<'a> {
     /// What was known at this instant (microseconds): rows ingested by then,
     /// superseded facts too (the SQL keeps those valid then).
     pub as_of: Option<i64>,
+    /// Facts that held at this instant (microseconds): superseded facts are
+    /// admitted, the SQL judges their validity.
+    pub valid_at: Option<i64>,
 }
 
 impl ScanFilter<'_> {
@@ -125,7 +128,7 @@ impl ScanFilter<'_> {
             && (e.valid
                 || e.tier != Tier::Semantic
                 || (self.candidates && e.candidate)
-                || (self.as_of.is_some() && !e.candidate))
+                || ((self.as_of.is_some() || self.valid_at.is_some()) && !e.candidate))
             && self.as_of.is_none_or(|t| e.created_at <= t)
             && e.expires_at.is_none_or(|t| t > self.now)
             && crate::domain::memory::in_user_scope(self.user_id, e.user_id.as_deref())
@@ -635,7 +638,17 @@ mod tests {
     }
 
     fn all<'a>(tiers: &'a [Tier], seen: &'a HashSet<Uuid>) -> ScanFilter<'a> {
-        ScanFilter { tiers, user_id: None, since: None, until: None, now: 0, seen, candidates: false, as_of: None }
+        ScanFilter {
+            tiers,
+            user_id: None,
+            since: None,
+            until: None,
+            now: 0,
+            seen,
+            candidates: false,
+            as_of: None,
+            valid_at: None,
+        }
     }
 
     #[test]

@@ -118,6 +118,7 @@ pub(super) fn query(agent: &str, text: &str, vector: Option<Embedding>) -> Searc
         per_leg: 10,
         include_candidates: false,
         as_of: None,
+        valid_at: None,
     }
 }
 

@@ -545,6 +545,7 @@ async fn search_timing_on_a_data_directory() {
                 seen: &seen,
                 candidates: false,
                 as_of: None,
+                valid_at: None,
             };
             store.inner.text.read().unwrap().best(&tenant, &agent, &terms, &filter, per_leg);
             rank.push(started.elapsed().as_secs_f64() * 1e3);
@@ -618,5 +619,6 @@ fn exact_filter<'a>(tiers: &'a [Tier], now: chrono::DateTime<Utc>) -> super::sup
         seen: &NONE,
         candidates: false,
         as_of: None,
+        valid_at: None,
     }
 }
