@@ -98,9 +98,16 @@ pub async fn export(
     let header = Header { format: FORMAT.into(), version: VERSION, tenant: tenant.into(), exported_at: now, vectors };
     write_line(out, &Line::Header(header))?;
     let mut counts: BTreeMap<Tier, u64> = Tier::ALL.into_iter().map(|t| (t, 0)).collect();
-    let bar = crate::progress::items("export", None);
     let working = storage.transfer.working_entries(tenant).await.context("reading working memory")?;
-    for memory in working.into_iter().filter(|m| !m.is_expired(now)) {
+    let working: Vec<_> = working.into_iter().filter(|m| !m.is_expired(now)).collect();
+    // The total, for the bar's time left; rows written meanwhile may make
+    // the export a little longer.
+    let mut total = working.len() as u64;
+    for tier in [Tier::Episodic, Tier::Semantic, Tier::Procedural] {
+        total += storage.transfer.export_count(tenant, tier, now).await.context("counting memories")?;
+    }
+    let bar = crate::progress::items("export", Some(total));
+    for memory in working {
         let record =
             MemoryRecord { memory, content_hash: None, reward_count: None, vector: None, consolidated_at: None };
         write_line(out, &Line::Memory(Box::new(record)))?;

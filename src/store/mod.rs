@@ -529,6 +529,9 @@ pub trait Transfer: Send + Sync {
     /// memory, whether it was inserted.
     async fn import_batch(&self, tenant: &str, rows: &[TransferRow]) -> anyhow::Result<Vec<bool>>;
 
+    /// How many rows `export_page` will give for one tier (for progress).
+    async fn export_count(&self, tenant: &str, tier: Tier, now: DateTime<Utc>) -> StoreResult<u64>;
+
     /// Every live working-memory entry of a tenant, each session oldest first.
     async fn working_entries(&self, tenant: &str) -> StoreResult<Vec<Memory>>;
 }

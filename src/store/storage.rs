@@ -189,6 +189,10 @@ impl Transfer for PostgresRedis {
         self.pg.import_batch(tenant, rows).await
     }
 
+    async fn export_count(&self, tenant: &str, tier: Tier, now: DateTime<Utc>) -> StoreResult<u64> {
+        self.pg.export_count(tenant, tier, now).await
+    }
+
     async fn working_entries(&self, tenant: &str) -> StoreResult<Vec<Memory>> {
         self.redis.entries(tenant).await
     }
@@ -298,6 +302,10 @@ impl Transfer for SqliteStore {
 
     async fn import_batch(&self, tenant: &str, rows: &[TransferRow]) -> anyhow::Result<Vec<bool>> {
         SqliteStore::import_batch(self, tenant, rows).await
+    }
+
+    async fn export_count(&self, tenant: &str, tier: Tier, now: DateTime<Utc>) -> StoreResult<u64> {
+        SqliteStore::export_count(self, tenant, tier, now).await
     }
 
     async fn working_entries(&self, tenant: &str) -> StoreResult<Vec<Memory>> {

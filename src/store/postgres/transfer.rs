@@ -30,6 +30,21 @@ const COMMON: &str = "id, tenant_id, agent_id, user_id, session_id, content, con
     updated_at, expires_at, provenance";
 
 impl PgStore {
+    /// How many rows `export_page` gives for `tier` (the same live rows).
+    pub async fn export_count(&self, tenant: &str, tier: Tier, now: DateTime<Utc>) -> StoreResult<u64> {
+        let sql = format!(
+            "SELECT count(*) FROM {} WHERE tenant_id = $1 AND (expires_at IS NULL OR expires_at > $2)",
+            rows::table(tier)
+        );
+        let n: i64 = sqlx::query_scalar(AssertSqlSafe(sql))
+            .bind(tenant)
+            .bind(now)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(store_error)?;
+        Ok(n.max(0) as u64)
+    }
+
     /// Up to `limit` live rows of one tier after `after`, oldest first.
     pub async fn export_page(
         &self,

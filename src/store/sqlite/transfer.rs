@@ -24,6 +24,20 @@ struct ExportRow {
 }
 
 impl SqliteStore {
+    /// How many rows `export_page` gives for `tier` (the same live rows).
+    pub async fn export_count(&self, tenant: &str, tier: Tier, now: DateTime<Utc>) -> StoreResult<u64> {
+        let n: i64 = sqlx::query_scalar(
+            "select count(*) from memories where tenant_id = ?1 and tier = ?2 and (expires_at is null or expires_at > ?3)",
+        )
+        .bind(tenant)
+        .bind(tier.as_str())
+        .bind(micros(now))
+        .fetch_one(&self.inner.pool)
+        .await
+        .map_err(store_error)?;
+        Ok(n.max(0) as u64)
+    }
+
     /// Up to `limit` live rows of one tier after `after`, oldest first.
     pub async fn export_page(
         &self,
