@@ -226,7 +226,9 @@ pub async fn memory_history(
 /// (equality, compared as text), `include_superseded` (facts replaced by a
 /// newer one), `as_of` (RFC 3339: what the agent knew then: memories
 /// ingested by then, and of facts the one valid then, candidates left out;
-/// overrides `include_superseded`). Working memory is listed when `agent_id` and `session_id` are
+/// overrides `include_superseded`), `valid_at` (RFC 3339: of facts, those
+/// that held in the world then, as in search; also overrides
+/// `include_superseded`). Working memory is listed when `agent_id` and `session_id` are
 /// given; when it cannot be read (Redis down) the page holds the persistent
 /// tiers only and `warnings` says so (`tier=working` alone is 503 instead).
 /// `limit` 1-200 (default 50); pass `next_cursor` back as `cursor`. A key
@@ -242,6 +244,7 @@ pub async fn memory_history(
         ("created_after" = Option<DateTime<Utc>>, Query), ("created_before" = Option<DateTime<Utc>>, Query),
         ("include_superseded" = Option<bool>, Query),
         ("as_of" = Option<DateTime<Utc>>, Query),
+        ("valid_at" = Option<DateTime<Utc>>, Query),
         ("limit" = Option<usize>, Query, minimum = 1, maximum = 200, description = "Default 50"),
         ("cursor" = Option<String>, Query, description = "A `next_cursor` from an earlier page"),
     ),
@@ -328,6 +331,7 @@ pub fn parse_list_query(query: &str) -> Result<ListFilter, ApiError> {
             "created_after" => f.created_after = Some(parse_time(&k, &v)?),
             "created_before" => f.created_before = Some(parse_time(&k, &v)?),
             "as_of" => f.as_of = Some(parse_time(&k, &v)?),
+            "valid_at" => f.valid_at = Some(parse_time(&k, &v)?),
             "include_superseded" => {
                 f.include_superseded = v.parse().map_err(|_| ApiError::field(&k, "must be true or false"))?
             }

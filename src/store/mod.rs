@@ -225,6 +225,10 @@ pub struct ListFilter {
     /// What was known at this instant (as `SearchQuery::as_of`): rows
     /// ingested by then, facts valid then, never a candidate.
     pub as_of: Option<DateTime<Utc>>,
+    /// Of facts, those that held at this time (as `SearchQuery::valid_at`);
+    /// overrides `include_superseded`. Judged by the stores: `matches` does
+    /// not apply it.
+    pub valid_at: Option<DateTime<Utc>>,
 }
 
 impl ListFilter {

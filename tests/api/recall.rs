@@ -549,7 +549,7 @@ async fn the_user_scope_narrows_to_the_user_and_keeps_what_belongs_to_no_user() 
 
 /// `valid_at`: the fact that held in the world at a moment, even when engram
 /// was told late (`occurred_at` in the past), with `as_of` what was known of
-/// it then; candidates never; both backends.
+/// it then; candidates never; on search and listing, both backends.
 #[tokio::test]
 async fn valid_at_recalls_the_fact_that_held_at_each_moment() {
     let app = spawn_app().await;
@@ -592,6 +592,15 @@ async fn valid_at_recalls_the_fact_that_held_at_each_moment() {
     assert_eq!(held("2025-12-01T00:00:00Z", None).await, vec!["Berlin"]);
     // What engram knew the day Porto was written: Porto, still current.
     assert_eq!(held("2025-12-01T00:00:00Z", Some(porto_known + Days::hours(1))).await, vec!["Porto"]);
+    // Listing narrows the same way.
+    for (at, city) in [("2025-03-01T00:00:00Z", "Lisbon"), ("2025-08-01T00:00:00Z", "Porto")] {
+        let (status, listed) =
+            app.get_json(&format!("/v1/memories?agent_id={agent}&tier=semantic&valid_at={at}")).await;
+        assert_eq!(status, StatusCode::OK, "{listed}");
+        let objects: Vec<&str> =
+            listed["memories"].as_array().unwrap().iter().map(|m| m["object"].as_str().unwrap()).collect();
+        assert_eq!(objects, vec![city], "listed valid at {at}");
+    }
     let r = app
         .post("/v1/memories/search", &json!({"agent_id": agent, "query": "x", "filter": {"valid_at": "June"}}))
         .await;

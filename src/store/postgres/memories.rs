@@ -70,7 +70,14 @@ fn push_list_branch(qb: &mut QueryBuilder<Postgres>, tenant: &str, tier: Tier, f
     for (k, v) in &f.metadata {
         qb.push(" AND metadata ->> ").push_bind(k.clone()).push(" = ").push_bind(v.clone());
     }
-    if let Some(t) = f.as_of {
+    if let Some(t) = f.valid_at {
+        if let Some(a) = f.as_of {
+            qb.push(" AND created_at <= ").push_bind(a);
+        }
+        if tier == Tier::Semantic {
+            super::search::push_held_at(qb, t, f.as_of);
+        }
+    } else if let Some(t) = f.as_of {
         qb.push(" AND created_at <= ").push_bind(t);
         if tier == Tier::Semantic {
             qb.push(" AND (valid_until IS NULL OR valid_until > ").push_bind(t).push(") AND contested_by IS NULL");

@@ -55,21 +55,7 @@ fn push_filters(qb: &mut QueryBuilder<Postgres>, tenant: &str, tier: Tier, q: &S
     }
     if tier == Tier::Semantic {
         if let Some(t) = q.valid_at {
-            // The end of a fact's validity: the valid_from of its successor
-            // (`supersedes` is indexed), else when it was retired.
-            qb.push(" AND contested_by IS NULL AND valid_from <= ").push_bind(t);
-            qb.push(
-                " AND coalesce((SELECT min(n.valid_from) FROM semantic_memory n \
-                 WHERE n.tenant_id = semantic_memory.tenant_id AND n.supersedes = semantic_memory.id",
-            );
-            if let Some(a) = q.as_of {
-                qb.push(" AND n.created_at <= ").push_bind(a);
-            }
-            qb.push("), CASE WHEN valid_until IS NULL");
-            if let Some(a) = q.as_of {
-                qb.push(" OR valid_until > ").push_bind(a);
-            }
-            qb.push(" THEN 'infinity'::timestamptz ELSE valid_until END) > ").push_bind(t);
+            push_held_at(qb, t, q.as_of);
         } else if let Some(t) = q.as_of {
             qb.push(" AND (valid_until IS NULL OR valid_until > ").push_bind(t).push(") AND contested_by IS NULL");
         } else if q.include_candidates {
@@ -78,6 +64,26 @@ fn push_filters(qb: &mut QueryBuilder<Postgres>, tenant: &str, tier: Tier, q: &S
             qb.push(" AND valid_until IS NULL");
         }
     }
+}
+
+/// `valid_at` (`store::SearchQuery::valid_at`) for a `semantic_memory` row
+/// not aliased: the fact held at `t`, as known at `as_of`. The end of a
+/// fact's validity is the valid_from of its successor (`supersedes` is
+/// indexed), else when it was retired.
+pub(super) fn push_held_at(qb: &mut QueryBuilder<Postgres>, t: DateTime<Utc>, as_of: Option<DateTime<Utc>>) {
+    qb.push(" AND contested_by IS NULL AND valid_from <= ").push_bind(t);
+    qb.push(
+        " AND coalesce((SELECT min(n.valid_from) FROM semantic_memory n \
+         WHERE n.tenant_id = semantic_memory.tenant_id AND n.supersedes = semantic_memory.id",
+    );
+    if let Some(a) = as_of {
+        qb.push(" AND n.created_at <= ").push_bind(a);
+    }
+    qb.push("), CASE WHEN valid_until IS NULL");
+    if let Some(a) = as_of {
+        qb.push(" OR valid_until > ").push_bind(a);
+    }
+    qb.push(" THEN 'infinity'::timestamptz ELSE valid_until END) > ").push_bind(t);
 }
 
 fn literal(s: &str) -> String {

@@ -120,7 +120,12 @@ fn push_list_filters(qb: &mut QueryBuilder<Sqlite>, tenant: &str, tiers: &[Tier]
     for (k, v) in &f.metadata {
         push_metadata_text(qb, k, v);
     }
-    if let Some(t) = f.as_of {
+    if let Some(t) = f.valid_at {
+        if let Some(a) = f.as_of {
+            qb.push(" and m.created_at <= ").push_bind(micros(a));
+        }
+        super::search::push_held_at(qb, t, f.as_of);
+    } else if let Some(t) = f.as_of {
         qb.push(" and m.created_at <= ").push_bind(micros(t));
         qb.push(" and (m.tier <> 'semantic' or ((m.valid_until is null or m.valid_until > ")
             .push_bind(micros(t))

@@ -104,20 +104,7 @@ fn push_filters(qb: &mut QueryBuilder<Sqlite>, tenant: &str, tiers: &[Tier], q: 
     }
     if tiers.contains(&Tier::Semantic) {
         if let Some(t) = q.valid_at {
-            // As on Postgres (`store::SearchQuery::valid_at`).
-            qb.push(" and (m.tier <> 'semantic' or (m.contested_by is null and m.valid_from <= ").push_bind(micros(t));
-            qb.push(
-                " and coalesce((select min(n.valid_from) from memories n \
-                 where n.tenant_id = m.tenant_id and n.supersedes = m.id",
-            );
-            if let Some(a) = q.as_of {
-                qb.push(" and n.created_at <= ").push_bind(micros(a));
-            }
-            qb.push("), case when m.valid_until is null");
-            if let Some(a) = q.as_of {
-                qb.push(" or m.valid_until > ").push_bind(micros(a));
-            }
-            qb.push(format!(" then {} else m.valid_until end) > ", i64::MAX)).push_bind(micros(t)).push("))");
+            push_held_at(qb, t, q.as_of);
         } else if let Some(t) = q.as_of {
             qb.push(" and (m.tier <> 'semantic' or ((m.valid_until is null or m.valid_until > ")
                 .push_bind(micros(t))
@@ -128,6 +115,24 @@ fn push_filters(qb: &mut QueryBuilder<Sqlite>, tenant: &str, tiers: &[Tier], q: 
             qb.push(" and (m.tier <> 'semantic' or m.valid_until is null)");
         }
     }
+}
+
+/// `valid_at` (`store::SearchQuery::valid_at`) for the row alias `m`, as on
+/// Postgres: facts that held at `t` as known at `as_of`; other tiers pass.
+pub(super) fn push_held_at(qb: &mut QueryBuilder<Sqlite>, t: DateTime<Utc>, as_of: Option<DateTime<Utc>>) {
+    qb.push(" and (m.tier <> 'semantic' or (m.contested_by is null and m.valid_from <= ").push_bind(micros(t));
+    qb.push(
+        " and coalesce((select min(n.valid_from) from memories n \
+         where n.tenant_id = m.tenant_id and n.supersedes = m.id",
+    );
+    if let Some(a) = as_of {
+        qb.push(" and n.created_at <= ").push_bind(micros(a));
+    }
+    qb.push("), case when m.valid_until is null");
+    if let Some(a) = as_of {
+        qb.push(" or m.valid_until > ").push_bind(micros(a));
+    }
+    qb.push(format!(" then {} else m.valid_until end) > ", i64::MAX)).push_bind(micros(t)).push("))");
 }
 
 /// Rows the vector leg reads in one statement; twice as many or more are
