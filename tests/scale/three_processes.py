@@ -1,0 +1,230 @@
+"""Three engram processes on one Postgres and Redis behind HAProxy (scripts/test-scale.sh).
+
+    python three_processes.py ENGRAM_BIN DATABASE_URL REDIS_URL WORK_DIR
+
+1. The idempotency race across processes: the same key and body sent to all three at once
+   write once; every answer that succeeds names the same memories.
+2. kill -9 of one process under write load through the balancer: clients retry failed
+   requests with the same Idempotency-Key; afterwards every acknowledged write reads back,
+   and no retry wrote twice.
+Standard library only. Exits non-zero on the first failed check; prints the figures.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+BIN, DATABASE_URL, REDIS_URL, WORK = sys.argv[1:5]
+PREFIX = f"engram-scale-{os.getpid()}"
+
+
+def check(condition, what, detail=None):
+    if not condition:
+        raise AssertionError(f"{what}: {detail!r}" if detail is not None else what)
+    print(f"ok  {what}", flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def request(method, url, body=None, key=None, timeout=10):
+    """(status, parsed body); status 0 when the connection failed."""
+    headers = {"content-type": "application/json"} if body is not None else {}
+    if key:
+        headers["idempotency-key"] = key
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            raw = r.read()
+            return r.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as e:
+        raw = e.read()
+        try:
+            return e.code, json.loads(raw) if raw else None
+        except ValueError:
+            return e.code, None
+    except (urllib.error.URLError, ConnectionError, TimeoutError, socket.timeout):
+        return 0, None
+
+
+def wait_ready(url, proc=None, seconds=60):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if request("GET", f"{url}/readyz", timeout=2)[0] == 200:
+            return
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{url} exited with {proc.returncode}")
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} not ready in {seconds} s")
+
+
+class Server:
+    def __init__(self, name):
+        self.name, self.port = name, free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(os.path.join(WORK, f"{name}.log"), "w")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_") or k == "ENGRAM_MODEL_DIR"}
+        env.update(DATABASE_URL=DATABASE_URL, REDIS_URL=REDIS_URL, ENGRAM_REDIS__KEY_PREFIX=PREFIX,
+                   ENGRAM_LOG__FILTER="warn", ENGRAM_EMBEDDING__PROVIDER="lexical-hash")
+        self.proc = subprocess.Popen([BIN, "serve", "--listen", f"127.0.0.1:{self.port}"], env=env,
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+
+def haproxy(servers):
+    port = free_port()
+    lines = [
+        "global", "  maxconn 512",
+        "defaults", "  mode http", "  timeout connect 1s", "  timeout client 30s", "  timeout server 30s",
+        "  retries 2", "  option redispatch",
+        "frontend engram", f"  bind 127.0.0.1:{port}", "  default_backend engrams",
+        "backend engrams", "  balance roundrobin", "  option httpchk GET /healthz",
+    ]
+    lines += [f"  server {s.name} 127.0.0.1:{s.port} check inter 200 fall 1 rise 2" for s in servers]
+    config = os.path.join(WORK, "haproxy.cfg")
+    with open(config, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    log = open(os.path.join(WORK, "haproxy.log"), "w")
+    proc = subprocess.Popen(["haproxy", "-f", config, "-db"], stdout=log, stderr=subprocess.STDOUT)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def listed(base, agent):
+    ids, cursor = [], None
+    while True:
+        url = f"{base}/v1/memories?agent_id={agent}&limit=200" + (f"&cursor={cursor}" if cursor else "")
+        status, page = request("GET", url)
+        if status != 200:
+            raise AssertionError(f"listing {agent}: {status} {page}")
+        ids += [m["id"] for m in page["memories"]]
+        cursor = page.get("next_cursor")
+        if not cursor:
+            return ids
+
+
+def idempotency_race(servers):
+    agent = f"race-{uuid.uuid4().hex[:8]}"
+    keys = 20
+    outcomes = {}
+    for n in range(keys):
+        key = f"race-{uuid.uuid4()}"
+        body = {"memories": [{"agent_id": agent, "tier": "episodic", "content": f"race write {n}"}]}
+        answers = [None] * len(servers)
+
+        def send(i):
+            answers[i] = request("POST", f"{servers[i].url}/v1/memories", body, key)
+
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(len(servers))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        outcomes[key] = answers
+    statuses = sorted({s for answers in outcomes.values() for s, _ in answers})
+    for key, answers in outcomes.items():
+        ok = [b for s, b in answers if s in (200, 201)]
+        # The others may only be told the key is still in progress (409).
+        others = [s for s, _ in answers if s not in (200, 201)]
+        ids = {tuple(m["id"] for m in b["memories"]) for b in ok}
+        if not ok or len(ids) != 1 or any(s != 409 for s in others):
+            raise AssertionError(f"key {key}: {answers}")
+    check(True, f"same key and body at three processes at once, {keys} times: one set of ids per key "
+                f"(statuses seen {statuses})")
+    check(len(listed(servers[0].url, agent)) == keys, f"{keys} keys wrote {keys} memories")
+
+
+def kill_under_load(servers, balancer):
+    """Writers keep writing through the balancer from 1 s before the kill to 3 s after it."""
+    agent = f"load-{uuid.uuid4().hex[:8]}"
+    writers = 8
+    acknowledged = {}  # key -> (id, content)
+    errors, lock, stop = [], threading.Lock(), threading.Event()
+    last_error_at = [0.0]
+
+    def writer(w):
+        n = 0
+        while not stop.is_set():
+            key, content = f"load-{uuid.uuid4()}", f"writer {w} write {n}"
+            n += 1
+            body = {"agent_id": agent, "tier": "episodic", "content": content}
+            for attempt in range(40):
+                status, answer = request("POST", f"{balancer}/v1/memories", body, key)
+                if status in (200, 201):
+                    with lock:
+                        acknowledged[key] = (answer["memories"][0]["id"], content)
+                    break
+                with lock:
+                    errors.append(status)
+                    last_error_at[0] = time.time()
+                time.sleep(0.05 * (attempt + 1))
+            else:
+                raise AssertionError(f"{key} never acknowledged")
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
+    started = time.time()
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    before = len(acknowledged)
+    killed_at = time.time()
+    servers[1].kill()
+    time.sleep(3.0)
+    stop.set()
+    for t in threads:
+        t.join()
+    took = time.time() - started
+    total = len(acknowledged)
+    check(total > before > 0, f"{total} writes acknowledged through the balancer ({before} before the kill)")
+    # Every acknowledged write reads back, from the processes still up.
+    missing = []
+    for key, (mid, content) in acknowledged.items():
+        status, memory = request("GET", f"{balancer}/v1/memories/{mid}")
+        if status != 200 or memory["content"] != content:
+            missing.append((key, status))
+    check(not missing, "every acknowledged write reads back after the kill", missing[:5])
+    ids = listed(balancer, agent)
+    check(len(ids) == total and len(set(ids)) == total, "no retry wrote twice (one memory per key)", len(ids))
+    window = (last_error_at[0] - killed_at) if errors else 0.0
+    print(f"figures: {total} writes by {writers} writers in {took:.1f} s ({total / took:.0f}/s), "
+          f"{len(errors)} failed attempts retried (statuses {sorted(set(errors))}), "
+          f"last failure {window:.2f} s after the kill", flush=True)
+
+
+def main():
+    servers = [Server(f"engram{i}") for i in range(1, 4)]
+    proc = None
+    try:
+        for s in servers:
+            wait_ready(s.url, s.proc)
+        proc, balancer = haproxy(servers)
+        wait_ready(balancer, proc)
+        idempotency_race(servers)
+        kill_under_load(servers, balancer)
+        print("three_processes.py: all checks passed", flush=True)
+    finally:
+        for s in servers:
+            if s.proc.poll() is None:
+                s.proc.terminate()
+                s.proc.wait()
+        if proc is not None:
+            proc.terminate()
+            proc.wait()
+
+
+if __name__ == "__main__":
+    main()
