@@ -4,7 +4,9 @@
 
 1. The idempotency race across processes: the same key and body sent to all three at once
    write once; every answer that succeeds names the same memories.
-2. kill -9 of one process under write load through the balancer: clients retry failed
+2. Consolidation asked of all three processes at once for the same agents: each episode is
+   consolidated once, one summary per session.
+3. kill -9 of one process under write load through the balancer: clients retry failed
    requests with the same Idempotency-Key; afterwards every acknowledged write reads back,
    and no retry wrote twice.
 Standard library only. Exits non-zero on the first failed check; prints the figures.
@@ -77,7 +79,8 @@ class Server:
         self.log = open(os.path.join(WORK, f"{name}.log"), "w")
         env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_") or k == "ENGRAM_MODEL_DIR"}
         env.update(DATABASE_URL=DATABASE_URL, REDIS_URL=REDIS_URL, ENGRAM_REDIS__KEY_PREFIX=PREFIX,
-                   ENGRAM_LOG__FILTER="warn", ENGRAM_EMBEDDING__PROVIDER="lexical-hash")
+                   ENGRAM_LOG__FILTER="warn", ENGRAM_EMBEDDING__PROVIDER="lexical-hash",
+                   ENGRAM_CONSOLIDATION__MIN_AGE_SECS="0")
         self.proc = subprocess.Popen([BIN, "serve", "--listen", f"127.0.0.1:{self.port}"], env=env,
                                      stdout=self.log, stderr=subprocess.STDOUT)
 
@@ -205,6 +208,50 @@ def kill_under_load(servers, balancer):
           f"last failure {window:.2f} s after the kill", flush=True)
 
 
+def consolidation_once(servers, balancer):
+    agents = [f"cons-{uuid.uuid4().hex[:8]}" for _ in range(6)]
+    per_agent = 4
+    for a in agents:
+        memories = [{"agent_id": a, "user_id": "ann", "session_id": "s1", "tier": "episodic",
+                     "content": f"Episode {n}: we decided to ship release {n} on Friday."} for n in range(per_agent)]
+        status, _ = request("POST", f"{balancer}/v1/memories", {"memories": memories})
+        check(status == 201, f"episodes of {a} written", status)
+    jobs = []  # (agent, job id)
+    lock = threading.Lock()
+
+    def ask(server, agent):
+        status, job = request("POST", f"{server.url}/v1/consolidation", {"agent_id": agent})
+        if status != 202:
+            raise AssertionError(f"consolidation of {agent} at {server.name}: {status} {job}")
+        with lock:
+            jobs.append((agent, job["id"]))
+
+    threads = [threading.Thread(target=ask, args=(s, a)) for a in agents for s in servers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    episodes = {a: 0 for a in agents}
+    for agent, job_id in jobs:
+        for _ in range(300):
+            status, job = request("GET", f"{balancer}/v1/consolidation/{job_id}")
+            if status == 200 and job["state"] in ("completed", "failed"):
+                break
+            time.sleep(0.1)
+        if job["state"] != "completed":
+            raise AssertionError(f"job {job_id} of {agent}: {job}")
+        episodes[agent] += job["report"]["episodes"]
+    check(all(n == per_agent for n in episodes.values()),
+          f"{len(jobs)} jobs on three processes consolidated each of {len(agents) * per_agent} episodes once",
+          episodes)
+    for a in agents:
+        status, page = request("GET", f"{balancer}/v1/memories?agent_id={a}&tier=episodic&limit=200")
+        summaries = [m for m in page["memories"] if "consolidation" in (m.get("metadata") or {})]
+        if len(summaries) != 1:
+            raise AssertionError(f"{a}: {len(summaries)} summaries")
+    check(True, "one summary per agent's session")
+
+
 def main():
     servers = [Server(f"engram{i}") for i in range(1, 4)]
     proc = None
@@ -214,6 +261,7 @@ def main():
         proc, balancer = haproxy(servers)
         wait_ready(balancer, proc)
         idempotency_race(servers)
+        consolidation_once(servers, balancer)
         kill_under_load(servers, balancer)
         print("three_processes.py: all checks passed", flush=True)
     finally:
