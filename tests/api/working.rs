@@ -85,19 +85,17 @@ async fn a_batch_committed_before_redis_failed_is_completed_once_by_its_retry_or
             {"agent_id": "o", "tier": "episodic", "content": format!("episode {n}")},
         ]})
     };
+    // The batch `n` sent with its key; its status.
+    let send = |n: &'static str, key: &'static str| {
+        let request = app.client.post(format!("{}/v1/memories", app.base)).header("idempotency-key", key);
+        let body = batch(n);
+        async move { request.json(&body).send().await.unwrap().status() }
+    };
     // Redis fails after the batch passed the breaker: the persistent part
     // commits, working memory is not written, the client gets no 201.
     redis.stop();
     for (n, key) in [("a", "key-a"), ("b", "key-b")] {
-        let r = app
-            .client
-            .post(format!("{}/v1/memories", app.base))
-            .header("idempotency-key", key)
-            .json(&batch(n))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE, "{n}");
+        assert_eq!(send(n, key).await, StatusCode::SERVICE_UNAVAILABLE, "{n}");
         tokio::time::sleep(std::time::Duration::from_millis(400)).await; // let the breaker probe again
     }
     redis.resume();
@@ -109,29 +107,14 @@ async fn a_batch_committed_before_redis_failed_is_completed_once_by_its_retry_or
     let mut retried = None;
     for _ in 0..50 {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        let r = app
-            .client
-            .post(format!("{}/v1/memories", app.base))
-            .header("idempotency-key", "key-a")
-            .json(&batch("a"))
-            .send()
-            .await
-            .unwrap();
-        if r.status() != StatusCode::SERVICE_UNAVAILABLE {
-            retried = Some(r.status());
+        let status = send("a", "key-a").await;
+        if status != StatusCode::SERVICE_UNAVAILABLE {
+            retried = Some(status);
             break;
         }
     }
     assert_eq!(retried, Some(StatusCode::CREATED));
-    let again = app
-        .client
-        .post(format!("{}/v1/memories", app.base))
-        .header("idempotency-key", "key-a")
-        .json(&batch("a"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(again.status(), StatusCode::CREATED);
+    assert_eq!(send("a", "key-a").await, StatusCode::CREATED);
     // Batch b: nobody retries; the outbox job writes its working entry.
     app.clock.advance(chrono::Duration::seconds(30));
     let outbox = engram::jobs::outbox::Outbox { service: app.service.clone() };

@@ -486,20 +486,6 @@ mod tests {
         }
     }
 
-    fn all<'a>(tiers: &'a [Tier], seen: &'a HashSet<Uuid>) -> ScanFilter<'a> {
-        ScanFilter {
-            tiers,
-            user_id: None,
-            since: None,
-            until: None,
-            now: 0,
-            seen,
-            candidates: false,
-            as_of: None,
-            valid_at: None,
-        }
-    }
-
     fn index_of(texts: &[(u128, &str)]) -> TextIndex {
         let mut index = TextIndex::default();
         for (id, text) in texts {
@@ -512,7 +498,7 @@ mod tests {
         let tiers = [Tier::Episodic];
         let none = HashSet::new();
         index
-            .best("t", "a", &query_terms(query), &all(&tiers, &none), 100)
+            .best("t", "a", &query_terms(query), &ScanFilter::all(&tiers, &none), 100)
             .iter()
             .map(|r| (r.id.as_u128(), r.rank))
             .collect()
@@ -590,9 +576,9 @@ mod tests {
         let none = HashSet::new();
         let terms = query_terms("kiwi");
         let ids = |r: Vec<Ranked>| r.iter().map(|r| r.id.as_u128()).collect::<Vec<_>>();
-        assert_eq!(ids(index.best("t", "a", &terms, &all(&tiers, &none), 10)), [1]);
+        assert_eq!(ids(index.best("t", "a", &terms, &ScanFilter::all(&tiers, &none), 10)), [1]);
         index.retire("t", Uuid::from_u128(1));
-        assert!(index.best("t", "a", &terms, &all(&tiers, &none), 10).is_empty(), "a superseded fact");
+        assert!(index.best("t", "a", &terms, &ScanFilter::all(&tiers, &none), 10).is_empty(), "a superseded fact");
         assert!(index.ranks("t", "a", &terms, &[Uuid::from_u128(2)]).is_empty(), "another tenant's row");
     }
 }

@@ -122,6 +122,24 @@ pub struct ScanFilter<'a> {
     pub valid_at: Option<i64>,
 }
 
+impl<'a> ScanFilter<'a> {
+    /// Every live row of `tiers` not in `seen` (the indexes' tests).
+    #[cfg(test)]
+    pub fn all(tiers: &'a [Tier], seen: &'a HashSet<Uuid>) -> ScanFilter<'a> {
+        ScanFilter {
+            tiers,
+            user_id: None,
+            since: None,
+            until: None,
+            now: 0,
+            seen,
+            candidates: false,
+            as_of: None,
+            valid_at: None,
+        }
+    }
+}
+
 impl ScanFilter<'_> {
     pub fn admits(&self, e: &Entry) -> bool {
         self.tiers.contains(&e.tier)
@@ -637,20 +655,6 @@ mod tests {
         }
     }
 
-    fn all<'a>(tiers: &'a [Tier], seen: &'a HashSet<Uuid>) -> ScanFilter<'a> {
-        ScanFilter {
-            tiers,
-            user_id: None,
-            since: None,
-            until: None,
-            now: 0,
-            seen,
-            candidates: false,
-            as_of: None,
-            valid_at: None,
-        }
-    }
-
     #[test]
     fn signs_and_distances_count_every_dimension() {
         // 130 dimensions: three words, the last one partly used.
@@ -701,7 +705,7 @@ mod tests {
         index.put("t", "a", "m", &[0.0, 0.0, 5.0], entry(3, Tier::Episodic));
         let tiers = [Tier::Episodic];
         let none = HashSet::new();
-        let hits = index.nearest("t", "a", "m", &[2.0, 0.0, 0.0], &all(&tiers, &none), 3);
+        let hits = index.nearest("t", "a", "m", &[2.0, 0.0, 0.0], &ScanFilter::all(&tiers, &none), 3);
         let ids: Vec<u128> = hits.iter().map(|h| h.id.as_u128()).collect();
         assert_eq!(ids, vec![1, 2, 3]);
         assert!((hits[0].similarity - 1.0).abs() < 1e-6);
@@ -709,7 +713,7 @@ mod tests {
         assert_eq!(hits[2].similarity, 0.0);
 
         index.remove("t", Uuid::from_u128(1));
-        let hits = index.nearest("t", "a", "m", &[0.0, 0.0, 1.0], &all(&tiers, &none), 3);
+        let hits = index.nearest("t", "a", "m", &[0.0, 0.0, 1.0], &ScanFilter::all(&tiers, &none), 3);
         let ids: Vec<u128> = hits.iter().map(|h| h.id.as_u128()).collect();
         assert_eq!(ids, vec![3, 2]);
         assert!((hits[0].similarity - 1.0).abs() < 1e-6);
@@ -725,10 +729,10 @@ mod tests {
         index.put("t", "b", "m1", &[1.0, 0.0], entry(4, Tier::Semantic));
         let tiers = [Tier::Semantic];
         let none = HashSet::new();
-        let hits = index.nearest("t", "a", "m1", &[1.0, 0.0], &all(&tiers, &none), 10);
+        let hits = index.nearest("t", "a", "m1", &[1.0, 0.0], &ScanFilter::all(&tiers, &none), 10);
         assert_eq!(hits.iter().map(|h| h.id.as_u128()).collect::<Vec<_>>(), vec![1]);
         // Same model name, other dimension: another group.
-        assert!(index.nearest("t", "a", "m1", &[1.0, 0.0, 0.0], &all(&tiers, &none), 10).is_empty());
+        assert!(index.nearest("t", "a", "m1", &[1.0, 0.0, 0.0], &ScanFilter::all(&tiers, &none), 10).is_empty());
     }
 
     /// A repeatable stream of pseudo-random u64s (xorshift64).
@@ -769,7 +773,7 @@ mod tests {
         let none = HashSet::new();
         for _ in 0..20 {
             let query: Vec<f32> = (0..64).map(|_| next()).collect();
-            let hits = index.nearest("t", "a", "m", &query, &all(&tiers, &none), 10);
+            let hits = index.nearest("t", "a", "m", &query, &ScanFilter::all(&tiers, &none), 10);
             let got: Vec<u128> = hits.iter().map(|h| h.id.as_u128()).collect();
             assert_eq!(got, exact_top(&vectors, &query, 10));
         }
@@ -787,7 +791,7 @@ mod tests {
         let (mut found, mut total) = (0, 0);
         for _ in 0..20 {
             let query: Vec<f32> = (0..384).map(|_| next()).collect();
-            let hits = index.nearest("t", "a", "m", &query, &all(&tiers, &none), 10);
+            let hits = index.nearest("t", "a", "m", &query, &ScanFilter::all(&tiers, &none), 10);
             assert_eq!(hits.len(), 10);
             assert!(hits.windows(2).all(|w| w[0].similarity >= w[1].similarity));
             let got: HashSet<u128> = hits.iter().map(|h| h.id.as_u128()).collect();
@@ -813,7 +817,7 @@ mod tests {
         let rows = group.entries.len();
         let tiers = [Tier::Semantic, Tier::Episodic];
         let none = HashSet::new();
-        let filter = all(&tiers, &none);
+        let filter = ScanFilter::all(&tiers, &none);
         for _ in 0..5 {
             let query: Vec<f32> = (0..16).map(|_| (bits() >> 11) as f32 / (1u64 << 53) as f32 - 0.5).collect();
             let q_bits = signs(&normalise(&query));
@@ -865,7 +869,7 @@ mod tests {
         for _ in 0..50 {
             let q: Vec<f32> = (0..dims).map(|_| next()).collect();
             let started = std::time::Instant::now();
-            let hits = index.nearest("t", "a", "m", &q, &all(&tiers, &none), 10);
+            let hits = index.nearest("t", "a", "m", &q, &ScanFilter::all(&tiers, &none), 10);
             times.push(started.elapsed().as_secs_f64() * 1e3);
             assert_eq!(hits.len(), 30);
         }
