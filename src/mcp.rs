@@ -115,7 +115,11 @@ impl EngramMcp {
             .map(|k| HeaderValue::from_str(&format!("Bearer {k}")))
             .transpose()
             .map_err(|_| anyhow::anyhow!("the API key holds characters that cannot go in a header"))?;
-        Ok(EngramMcp { upstream, key, tools: Arc::new(tools()) })
+        Ok(EngramMcp::with_key(upstream, key))
+    }
+
+    fn with_key(upstream: Arc<Upstream>, key: Option<HeaderValue>) -> EngramMcp {
+        EngramMcp { upstream, key, tools: Arc::new(tools()) }
     }
 
     fn authorization(&self, ctx: &RequestContext<RoleServer>) -> Option<HeaderValue> {
@@ -435,8 +439,7 @@ fn inline_refs(value: Value, schemas: &Value, depth: usize) -> Value {
 /// answers any request (clients that open a GET stream are told 405, as
 /// the transport allows). `rest` is the REST router the tools call.
 pub fn http_service(rest: Router, body_limit: usize) -> StreamableHttpService<EngramMcp, NeverSessionManager> {
-    let upstream = Arc::new(Upstream::Local(rest));
-    let server = EngramMcp { upstream, key: None, tools: Arc::new(tools()) };
+    let server = EngramMcp::with_key(Arc::new(Upstream::Local(rest)), None);
     // The Host and Origin checks are the REST API's (keyless mode only):
     // with API keys, a key is what lets a request in, whatever its host.
     let config = StreamableHttpServerConfig::default()
