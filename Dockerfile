@@ -23,6 +23,7 @@ RUN mkdir -p src \
 # 2. The real sources. sqlx's compile-time checks use the offline data
 #    instead of a live database.
 ENV SQLX_OFFLINE=true
+COPY build.rs ./
 COPY src ./src
 COPY migrations ./migrations
 COPY config ./config
