@@ -15,6 +15,7 @@ mod retention;
 mod rows;
 mod search;
 mod share;
+mod text;
 mod transfer;
 mod write;
 
@@ -47,6 +48,8 @@ pub struct PgStore {
     pool: PgPool,
     /// How long an idempotency key is remembered.
     idempotency_ttl: chrono::Duration,
+    /// Word and agent frequencies for the full-text leg (`text.rs`).
+    text_stats: std::sync::Arc<text::TextStats>,
 }
 
 /// Connects a pool (the server starts even if Postgres is momentarily down;
@@ -54,9 +57,24 @@ pub struct PgStore {
 /// Every connection searches HNSW indexes with the configured `ef_search`
 /// and iterative scans, so filters applied after the graph walk (tenant,
 /// agent, expiry) still return a full top-k.
+///
+/// And every statement is planned for its own parameters. Agents differ in
+/// size by orders of magnitude, and the right plan with them: a walk of the
+/// HNSW graph for an agent with a tenth of a table, a scan of its own rows
+/// through the (tenant, agent) index for one with a hundred. sqlx prepares
+/// every statement, and after five runs Postgres may switch a prepared
+/// statement to a generic plan built for the average agent, which among
+/// 10K agents is a tiny one; a large agent's search then reads and sorts
+/// all its rows (the episodic vector leg of an agent with 70K of 709K rows:
+/// 384 ms instead of 22 ms, bench/RESULTS.md "Postgres at 1M memories").
+/// Planning each run costs well under a millisecond. (sqlx's unnamed
+/// statements, `persistent(false)`, would do the same for the search alone,
+/// but in sqlx 0.9 they fail when a statement's types need a lookup, as
+/// `vector` does: transact-rs/sqlx#4305.)
 pub fn connect_lazy(config: &DatabaseConfig, search: &SearchConfig) -> anyhow::Result<PgPool> {
     let setup = format!(
-        "SET hnsw.ef_search = {}; SET hnsw.iterative_scan = relaxed_order; SET hnsw.max_scan_tuples = {}",
+        "SET hnsw.ef_search = {}; SET hnsw.iterative_scan = relaxed_order; SET hnsw.max_scan_tuples = {}; \
+         SET plan_cache_mode = force_custom_plan",
         search.ef_search, search.max_scan_tuples
     );
     PgPoolOptions::new()
@@ -79,7 +97,11 @@ pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
 
 impl PgStore {
     pub fn new(pool: PgPool, idempotency_ttl_hours: u32) -> Self {
-        Self { pool, idempotency_ttl: chrono::Duration::hours(i64::from(idempotency_ttl_hours)) }
+        Self {
+            pool,
+            idempotency_ttl: chrono::Duration::hours(i64::from(idempotency_ttl_hours)),
+            text_stats: Default::default(),
+        }
     }
 
     pub fn pool(&self) -> &PgPool {

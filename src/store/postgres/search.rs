@@ -7,10 +7,11 @@
 //!   `hnsw.iterative_scan = relaxed_order`, so filtering by tenant and agent
 //!   after the graph walk still fills the limit (set in `connect_lazy`).
 //! - full text: the query's words (English stemming, stop words dropped)
-//!   joined with OR, matched through the GIN index, ranked by `ts_rank`
-//!   (`ts_rank_cd` costs three times as much). At most `MAX_TEXT_MATCHES`
-//!   matches per table are ranked, which bounds the leg's cost when a query
-//!   word is common.
+//!   joined with OR, less those too common in the agent's rows to tell its
+//!   memories apart (`text.rs`), matched through the GIN index on (tenant,
+//!   agent, words), ranked by `ts_rank` (`ts_rank_cd` costs three times as
+//!   much). At most `MAX_TEXT_MATCHES` matches per table are ranked, which
+//!   bounds the leg's cost when the statistics are missing or wrong.
 //!
 //! Each leg also scores its own candidates on the other leg's measure: the
 //! vector leg ranks its rows' text against the query, the text leg computes
@@ -18,6 +19,9 @@
 //! from both scores, not from one score and a zero for not being in the other
 //! leg's top k (which cost about 0.05 recall@10 on conversational recall).
 //! Both extra scores are computed on the leg's final rows only.
+//!
+//! Both legs are planned for their own agent at every run: connections run
+//! with `plan_cache_mode = force_custom_plan` (`connect_lazy`).
 
 use std::time::Instant;
 
@@ -86,6 +90,12 @@ pub(super) fn push_held_at(qb: &mut QueryBuilder<Postgres>, t: DateTime<Utc>, as
     qb.push(" THEN 'infinity'::timestamptz ELSE valid_until END) > ").push_bind(t);
 }
 
+/// The OR of `lexemes` as a tsquery expression (NULL when there are none).
+fn push_tsquery(qb: &mut QueryBuilder<Postgres>, lexemes: &[String]) {
+    qb.push("(SELECT to_tsquery('simple', string_agg(quote_literal(l), ' | ')) FROM unnest(");
+    qb.push_bind(lexemes.to_vec()).push("::text[]) AS l)");
+}
+
 fn literal(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
@@ -101,20 +111,18 @@ impl PgStore {
         if tiers.is_empty() {
             return Ok(SearchHits::default());
         }
-        // The query's lexemes, OR-ed: a question rarely contains every word of its answer.
-        let tsquery: Option<String> = sqlx::query_scalar(
-            "SELECT string_agg(quote_literal(lexeme), ' | ') FROM unnest(to_tsvector('english', $1))",
-        )
-        .bind(&q.text)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(store_error)?;
-        let tsquery = tsquery.filter(|s| !s.is_empty());
-        let tsquery = tsquery.as_deref();
+        // The query's lexemes (English stemming, stop words dropped); the legs
+        // OR them: a question rarely contains every word of its answer.
+        let lexemes: Vec<String> =
+            sqlx::query_scalar("SELECT coalesce(array_agg(lexeme), '{}') FROM unnest(to_tsvector('english', $1))")
+                .bind(&q.text)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(store_error)?;
         let vector = async {
             let started = Instant::now();
             let hits = match &q.vector {
-                Some(_) => Some(self.vector_leg(tenant, q, tsquery, &tiers, now).await?),
+                Some(_) => Some(self.vector_leg(tenant, q, &lexemes, &tiers, now).await?),
                 None => None,
             };
             observe("search_vector", started);
@@ -122,9 +130,9 @@ impl PgStore {
         };
         let text = async {
             let started = Instant::now();
-            let hits = match tsquery {
-                Some(tsquery) => Some(self.text_leg(tenant, q, tsquery, &tiers, now).await?),
-                None => None,
+            let hits = match lexemes.is_empty() {
+                false => Some(self.text_leg(tenant, q, &lexemes, &tiers, now).await?),
+                true => None,
             };
             observe("search_text", started);
             Ok::<_, crate::store::StoreError>((hits, started.elapsed().as_secs_f64() * 1e3))
@@ -147,7 +155,7 @@ impl PgStore {
         &self,
         tenant: &str,
         q: &SearchQuery,
-        tsquery: Option<&str>,
+        lexemes: &[String],
         tiers: &[Tier],
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<Hit>> {
@@ -156,14 +164,7 @@ impl PgStore {
         let model = literal(&embedding.model);
         let qvec = pgvector::Vector::from(embedding.vector.clone());
         let mut qb: QueryBuilder<Postgres> = QueryBuilder::new("WITH q AS (SELECT ");
-        match tsquery {
-            Some(t) => {
-                qb.push("to_tsquery('simple', ").push_bind(t.to_string()).push(")");
-            }
-            None => {
-                qb.push("NULL::tsquery");
-            }
-        }
+        push_tsquery(&mut qb, lexemes);
         qb.push(" AS q) SELECT * FROM (");
         for (i, tier) in tiers.iter().enumerate() {
             if i > 0 {
@@ -195,25 +196,39 @@ impl PgStore {
                 let vec: pgvector::Vector = row.try_get("vec").map_err(store_error)?;
                 let memory: Memory =
                     <MemoryRow as sqlx::FromRow<_>>::from_row(&row).map_err(store_error)?.try_into()?;
-                let text_rank = tsquery.map(|_| rank);
+                let text_rank = (!lexemes.is_empty()).then_some(rank);
                 Ok(Hit { memory, similarity: Some(similarity), text_rank, vector: Some(vec.to_vec()) })
             })
             .collect()
     }
 
     /// The best full-text matches, each with its cosine to the query vector
-    /// too when it has a vector of the query's model.
+    /// too when it has a vector of the query's model. Each table is searched
+    /// for the query's words less those too common in the agent's rows
+    /// there to tell its memories apart (`text::TableStats::choose`).
     async fn text_leg(
         &self,
         tenant: &str,
         q: &SearchQuery,
-        tsquery: &str,
+        lexemes: &[String],
         tiers: &[Tier],
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<Hit>> {
-        let mut qb: QueryBuilder<Postgres> = QueryBuilder::new("WITH q AS (SELECT to_tsquery('simple', ");
-        qb.push_bind(tsquery.to_string());
-        qb.push(") AS q) SELECT * FROM (");
+        let stats = self.text_stats.get(&self.pool);
+        let mut qb: QueryBuilder<Postgres> = QueryBuilder::new("WITH ");
+        for (i, tier) in tiers.iter().enumerate() {
+            let chosen: Vec<String> = match stats.get(tier) {
+                Some(s) => s.choose(&q.agent_id, lexemes).into_iter().map(str::to_string).collect(),
+                None => lexemes.to_vec(),
+            };
+            if i > 0 {
+                qb.push(", ");
+            }
+            qb.push(format!("q{i} AS (SELECT "));
+            push_tsquery(&mut qb, &chosen);
+            qb.push(" AS q)");
+        }
+        qb.push(" SELECT * FROM (");
         // Cosine and vector of the ranked rows (outside the inner LIMITs), when
         // a row's vector is of the query's model; NULL otherwise.
         let (similarity, vec) = match &q.vector {
@@ -250,8 +265,10 @@ impl PgStore {
                 rows::table(*tier)
             ));
             push_filters(&mut qb, tenant, *tier, q, now);
-            qb.push(" AND search_tsv @@ (SELECT q FROM q) LIMIT ").push_bind(MAX_TEXT_MATCHES);
-            qb.push(") AS m, q ORDER BY text_rank DESC LIMIT ").push_bind(q.per_leg as i64).push(") AS r)");
+            qb.push(format!(" AND search_tsv @@ (SELECT q FROM q{i}) LIMIT ")).push_bind(MAX_TEXT_MATCHES);
+            qb.push(format!(") AS m, q{i} AS q ORDER BY text_rank DESC LIMIT "))
+                .push_bind(q.per_leg as i64)
+                .push(") AS r)");
         }
         qb.push(") AS t");
         let rows = qb.build().fetch_all(&self.pool).await.map_err(store_error)?;
