@@ -313,7 +313,18 @@ listen_addresses = '127.0.0.1'
 port = $PG_PORT
 unix_socket_directories = '$(pg_socket_dir)'
 max_connections = 200
-shared_buffers = 256MB
+# Memory: recall reads the HNSW graphs, the text index and the rows it ranks at
+# random, so they should sit in shared_buffers; about 5 GB per million memories of
+# 384-d vectors (bench/RESULTS.md, "Postgres at 1M memories"). The tests need far
+# less; for the scale benchmark's million rows start Postgres with
+# ENGRAM_TEST_PG_SHARED_BUFFERS=8GB (after `scripts/services.sh stop`: a running
+# Postgres is reused as it is).
+shared_buffers = ${ENGRAM_TEST_PG_SHARED_BUFFERS:-1GB}
+effective_cache_size = 8GB
+# Index builds (an HNSW graph built in memory is many times faster).
+maintenance_work_mem = 1GB
+# Local SSD: random reads cost little more than sequential ones.
+random_page_cost = 1.1
 # Durability is part of what the tests check: never trade it for speed here.
 fsync = on
 synchronous_commit = on
