@@ -5,6 +5,12 @@
 # program benches/recall.
 #   scripts/bench-recall.sh SCIFACT_ZIP                  search and context at concurrency 1, 8, 32
 #   scripts/bench-recall.sh SCIFACT_ZIP --queries 1000   further arguments go to the program
+#   scripts/bench-recall.sh SCIFACT_ZIP --tiny-agents 9989 --embed-at-most 10000 --mixed 3000
+#       1M memories over 10K agents, vectors synthetic beyond 10K embedded texts (about 20
+#       minutes to load, most of it building the HNSW indexes), and a mixed load of writes,
+#       searches and contexts; give Postgres the memory first (scripts/services.sh stop, then
+#       ENGRAM_TEST_PG_SHARED_BUFFERS=8GB scripts/services.sh start). The database is
+#       emptied and reloaded whenever its rows do not match the shape asked for.
 #   scripts/bench-recall.sh SCIFACT_ZIP --data-dir DIR   the embedded backend (no Postgres
 #       or Redis for the server): agent A and the small agent (110K memories) are written
 #       once as an `engram import` file with their vectors, imported into DIR, and reused

@@ -15,6 +15,10 @@ use crate::load::session_of;
 pub enum Endpoint {
     Search,
     Context,
+    /// One episodic memory written (`POST /v1/memories`), only in mixed runs.
+    Write,
+    /// One write, six searches and three contexts in every ten requests.
+    Mixed,
 }
 
 impl Endpoint {
@@ -22,6 +26,8 @@ impl Endpoint {
         match self {
             Endpoint::Search => "search",
             Endpoint::Context => "context",
+            Endpoint::Write => "write",
+            Endpoint::Mixed => "mixed",
         }
     }
 
@@ -29,9 +35,24 @@ impl Endpoint {
         match self {
             Endpoint::Search => "/v1/memories/search",
             Endpoint::Context => "/v1/context",
+            Endpoint::Write | Endpoint::Mixed => "/v1/memories",
+        }
+    }
+
+    /// What the `i`th request of a run does.
+    pub fn op(self, i: usize) -> Endpoint {
+        match (self, i % 10) {
+            (Endpoint::Mixed, 0) => Endpoint::Write,
+            (Endpoint::Mixed, 1..=6) => Endpoint::Search,
+            (Endpoint::Mixed, _) => Endpoint::Context,
+            (e, _) => e,
         }
     }
 }
+
+/// Metadata of the memories a mixed run writes, so the benchmark can delete
+/// them after it and the next run starts from the loaded rows.
+pub const MIXED_MARK: &str = "mixed-run";
 
 pub const TOP_K: usize = 20;
 pub const MAX_CONTEXT_TOKENS: usize = 8_000;
@@ -50,6 +71,8 @@ pub const TIERS: [&str; 4] = ["working", "episodic", "semantic", "procedural"];
 /// One answered request.
 pub struct Sample {
     pub query: usize,
+    /// What it did (in a mixed run, one of write, search and context).
+    pub op: Endpoint,
     pub latency_us: u64,
     pub timings: [f64; 7],
     /// Search: results returned; context: memories packed.
@@ -78,9 +101,13 @@ fn load_avg() -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-pub fn body(endpoint: Endpoint, q: &Query) -> Value {
+pub fn body(endpoint: Endpoint, i: usize, q: &Query) -> Value {
     let session = session_of(&q.agent);
-    match endpoint {
+    match endpoint.op(i) {
+        Endpoint::Write | Endpoint::Mixed => json!({"memories": [{
+            "agent_id": q.agent, "session_id": session, "tier": "episodic",
+            "content": format!("{} (noted in request {i})", q.text), "metadata": {"bench": MIXED_MARK},
+        }]}),
         Endpoint::Search => json!({"agent_id": q.agent, "session_id": session, "query": q.text, "top_k": TOP_K}),
         Endpoint::Context => json!({
             "agent_id": q.agent, "session_id": session, "query": q.text, "max_context_tokens": MAX_CONTEXT_TOKENS,
@@ -94,6 +121,14 @@ fn tier_index(tier: &str) -> Option<usize> {
 
 /// Reads what the benchmark reports from a 200 answer.
 pub fn sample_of(endpoint: Endpoint, query: usize, latency: Duration, answer: &Value) -> anyhow::Result<Sample> {
+    let endpoint = endpoint.op(query);
+    let latency_us = latency.as_micros() as u64;
+    if endpoint == Endpoint::Write {
+        let written = answer["memories"].as_array().map_or(0, Vec::len);
+        anyhow::ensure!(written == 1, "a write answered {answer}");
+        let (timings, per_tier) = ([0.0; 7], [0; 4]);
+        return Ok(Sample { query, op: endpoint, latency_us, timings, items: 1, per_tier, tokens_used: 0 });
+    }
     let mut timings = [0.0; 7];
     for (slot, leg) in timings.iter_mut().zip(LEGS) {
         *slot = answer["timings"][leg].as_f64().with_context(|| format!("no timings.{leg} in the answer"))?;
@@ -109,7 +144,7 @@ pub fn sample_of(endpoint: Endpoint, query: usize, latency: Duration, answer: &V
             }
             (results.len(), 0)
         }
-        Endpoint::Context => {
+        _ => {
             let sections = answer["sections"].as_object().context("no sections object")?;
             for (tier, items) in sections {
                 if let Some(i) = tier_index(tier) {
@@ -120,7 +155,7 @@ pub fn sample_of(endpoint: Endpoint, query: usize, latency: Duration, answer: &V
             (per_tier.iter().sum(), used as usize)
         }
     };
-    Ok(Sample { query, latency_us: latency.as_micros() as u64, timings, items, per_tier, tokens_used })
+    Ok(Sample { query, op: endpoint, latency_us, timings, items, per_tier, tokens_used })
 }
 
 /// Sends every query once, from `concurrency` clients sharing one counter.
@@ -132,12 +167,11 @@ pub async fn run(
     queries: Arc<Vec<Query>>,
 ) -> anyhow::Result<Run> {
     let next = Arc::new(AtomicUsize::new(0));
-    let url = format!("{base}{}", endpoint.path());
     let load_start = load_avg();
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(concurrency);
     for _ in 0..concurrency {
-        let (client, url, next, queries) = (client.clone(), url.clone(), next.clone(), queries.clone());
+        let (client, base, next, queries) = (client.clone(), base.to_string(), next.clone(), queries.clone());
         tasks.push(tokio::spawn(async move {
             let mut samples = Vec::new();
             let mut errors = 0;
@@ -145,7 +179,8 @@ pub async fn run(
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(q) = queries.get(i) else { break };
-                let body = body(endpoint, q);
+                let body = body(endpoint, i, q);
+                let url = format!("{base}{}", endpoint.op(i).path());
                 let t0 = Instant::now();
                 let answer = async {
                     let r = client.post(&url).json(&body).send().await?;

@@ -1,5 +1,8 @@
 //! The benchmark's data set: 200K memories of one tenant, one agent with
-//! 100K and ten with 10K each, 70/25/4/1 % episodic/semantic/procedural/working.
+//! 100K and ten with 10K each, 70/25/4/1 % episodic/semantic/procedural/working;
+//! with `--tiny-agents N` also N agents of `--tiny-agent-memories` each (the
+//! many small agents of a production tenant: 9,989 × 80 makes 1M memories
+//! over 10K agents).
 //!
 //! The persistent tiers go straight into Postgres with multi-row
 //! `INSERT … SELECT FROM UNNEST(…)`, every NOT NULL column filled the way the
@@ -37,6 +40,9 @@ use uuid::Uuid;
 
 pub const AGENT_A: &str = "agent-a";
 pub const SMALL_AGENT: &str = "agent-b01";
+/// Tiny agents are `agent-t00001`, `agent-t00002`, ...; reported as one group.
+pub const TINY_PREFIX: &str = "agent-t";
+pub const TINY_GROUP: &str = "agent-t* (tiny)";
 const AGENT_A_MEMORIES: usize = 100_000;
 const SMALL_AGENTS: usize = 10;
 const SMALL_AGENT_MEMORIES: usize = 10_000;
@@ -64,8 +70,24 @@ pub struct Planned {
     pub text: String,
 }
 
+/// The agents beyond agent A and the ten small ones.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    pub tiny_agents: usize,
+    pub tiny_memories: usize,
+}
+
+/// The report group of an agent: tiny agents are one row.
+pub fn group(agent: &str) -> &str {
+    if agent.starts_with(TINY_PREFIX) { TINY_GROUP } else { agent }
+}
+
+pub fn tiny_agent(k: usize) -> String {
+    format!("{TINY_PREFIX}{:05}", k + 1)
+}
+
 /// Every memory of the data set, in a fixed order (the same on every run).
-pub fn plan(texts: &[String]) -> anyhow::Result<Vec<Planned>> {
+pub fn plan(texts: &[String], shape: Shape) -> anyhow::Result<Vec<Planned>> {
     if texts.len() < AGENT_A_MEMORIES + SMALL_AGENT_MEMORIES {
         bail!("only {} distinct texts; agent A alone needs {AGENT_A_MEMORIES}", texts.len());
     }
@@ -81,6 +103,9 @@ pub fn plan(texts: &[String]) -> anyhow::Result<Vec<Planned>> {
             SMALL_AGENT_MEMORIES,
             AGENT_A_MEMORIES + k * SMALL_AGENT_MEMORIES,
         ));
+    }
+    for k in 0..shape.tiny_agents {
+        agents.push((tiny_agent(k), shape.tiny_memories, AGENT_A_MEMORIES + k * shape.tiny_memories));
     }
     let mut planned = Vec::with_capacity(AGENT_A_MEMORIES + SMALL_AGENTS * SMALL_AGENT_MEMORIES);
     for (k, (agent, n, offset)) in agents.into_iter().enumerate() {
@@ -299,6 +324,7 @@ pub async fn ensure_persistent(
     tenant: &str,
     planned: &[Planned],
     embedder: &dyn Embedder,
+    embed_at_most: usize,
 ) -> anyhow::Result<()> {
     let model = embedder.model_id().to_string();
     let expected = expected_counts(planned);
@@ -330,7 +356,7 @@ pub async fn ensure_persistent(
             eprintln!("load: {db} holds {held} rows of tenant {tenant:?} that do not match the plan; emptying it");
             sqlx::raw_sql("TRUNCATE episodic_memory, semantic_memory, procedural_memory").execute(pool).await?;
         }
-        load_persistent(pool, tenant, planned, embedder).await?;
+        load_persistent(pool, tenant, planned, embedder, embed_at_most).await?;
     }
     ensure_indexes(database_url, &model).await?;
     let started = Instant::now();
@@ -348,9 +374,10 @@ async fn load_persistent(
     tenant: &str,
     planned: &[Planned],
     embedder: &dyn Embedder,
+    embed_at_most: usize,
 ) -> anyhow::Result<()> {
     let model = embedder.model_id().to_string();
-    let vectors = cached_vectors(pool, planned, embedder).await?;
+    let vectors = cached_vectors(pool, planned, embedder, embed_at_most).await?;
     let now = Utc::now();
     for (_, table) in TABLES {
         let name = index_name(table, &model);
@@ -394,10 +421,17 @@ const EMBED_BATCH: usize = 256;
 /// cache table `bench_vector_cache` (model, content hash) where present, else
 /// embedded now and added to it, so an interrupted load resumes and a reload
 /// after a plan change costs no model time.
+///
+/// With `embed_at_most` > 0 only that many distinct texts have real vectors
+/// (those cached, then the first by content hash); every other text gets a
+/// synthetic one (`synthetic_vector`), which keeps a 1M-memory load within
+/// minutes of model time on two cores. Such a data set measures latency, not
+/// relevance.
 async fn cached_vectors(
     pool: &PgPool,
     planned: &[Planned],
     embedder: &dyn Embedder,
+    embed_at_most: usize,
 ) -> anyhow::Result<HashMap<String, pgvector::Vector>> {
     let model = embedder.model_id();
     sqlx::raw_sql(
@@ -420,6 +454,13 @@ async fn cached_vectors(
     // Shortest first: a forward pass pads to its longest text.
     let mut missing: Vec<(&String, &str)> =
         texts.iter().filter(|(h, _)| !vectors.contains_key(*h)).map(|(h, t)| (h, *t)).collect();
+    let mut synthetic: Vec<&String> = Vec::new();
+    if embed_at_most > 0 {
+        let budget = embed_at_most.saturating_sub(vectors.len());
+        missing.sort_by_key(|(h, _)| *h);
+        synthetic = missing.iter().skip(budget).map(|(h, _)| *h).collect();
+        missing.truncate(budget);
+    }
     missing.sort_by_key(|(h, t)| (t.len(), *h));
     eprintln!(
         "load: {} distinct texts, {} vectors from the cache (model {model}), {} to embed",
@@ -458,7 +499,36 @@ async fn cached_vectors(
             );
         }
     }
+    if !synthetic.is_empty() {
+        let mut base: Vec<(&String, &pgvector::Vector)> = vectors.iter().collect();
+        base.sort_by_key(|(h, _)| *h);
+        let base: Vec<Vec<f32>> = base.into_iter().map(|(_, v)| v.to_vec()).collect();
+        eprintln!(
+            "load: {} texts get synthetic vectors derived from the {} real ones (--embed-at-most)",
+            synthetic.len(),
+            base.len()
+        );
+        let made: Vec<(String, pgvector::Vector)> =
+            synthetic.into_iter().map(|h| (h.clone(), synthetic_vector(h, &base).into())).collect();
+        vectors.extend(made);
+    }
     Ok(vectors)
+}
+
+/// A unit vector for a text without a real one: two real vectors picked by
+/// its content hash, mixed 1 : 0.5, plus uniform noise (σ ≈ 0.02 per
+/// dimension, seeded by the hash), normalised. The vectors of a data set
+/// then spread over the model's space as real ones do instead of piling up
+/// on the base texts, so the HNSW graph is walked as on real data.
+fn synthetic_vector(hash: &str, base: &[Vec<f32>]) -> Vec<f32> {
+    let seed = u64::from_str_radix(&hash[..16], 16).unwrap_or(0);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let a = &base[rng.random_range(0..base.len())];
+    let b = &base[rng.random_range(0..base.len())];
+    let mut v: Vec<f32> = a.iter().zip(b).map(|(x, y)| x + 0.5 * y + rng.random_range(-0.035f32..0.035)).collect();
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(f32::MIN_POSITIVE);
+    v.iter_mut().for_each(|x| *x /= norm);
+    v
 }
 
 /// Builds whatever HNSW index is missing with the server's own
@@ -469,7 +539,7 @@ async fn ensure_indexes(database_url: &str, model: &str) -> anyhow::Result<()> {
         .max_connections(1)
         .after_connect(|conn, _| {
             Box::pin(async move {
-                sqlx::raw_sql("SET maintenance_work_mem = '1GB'; SET max_parallel_maintenance_workers = 1")
+                sqlx::raw_sql("SET maintenance_work_mem = '4GB'; SET max_parallel_maintenance_workers = 1")
                     .execute(conn)
                     .await?;
                 Ok(())

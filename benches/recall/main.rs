@@ -92,6 +92,21 @@ struct Args {
     /// server's is 100; the aims are judged at the server's).
     #[arg(long, value_delimiter = ',', default_values_t = [40, 100, 200])]
     ef_search: Vec<u32>,
+    /// Agents of `--tiny-agent-memories` each, beyond agent A and the ten
+    /// small ones (9989 makes 1M memories over 10K agents); one query in seven
+    /// goes to one of them.
+    #[arg(long, default_value_t = 0)]
+    tiny_agents: usize,
+    #[arg(long, default_value_t = 80)]
+    tiny_agent_memories: usize,
+    /// Embed at most this many distinct texts; the others get synthetic
+    /// vectors derived from them (load::cached_vectors). 0 embeds every text.
+    #[arg(long, default_value_t = 0)]
+    embed_at_most: usize,
+    /// Requests of the mixed run (one write, six searches and three contexts
+    /// in ten, spread over the agents) at the highest --concurrency; 0 skips it.
+    #[arg(long, default_value_t = 0)]
+    mixed: usize,
     /// Unmeasured requests per endpoint before its runs.
     #[arg(long, default_value_t = 100)]
     warmup: usize,
@@ -126,8 +141,9 @@ struct RecallRow {
     short_exact: usize,
 }
 
+/// The samples of one report group (an agent, or the tiny agents together).
 fn agent_of(run: &Run, queries: &[Query], agent: &str) -> Vec<usize> {
-    (0..run.samples.len()).filter(|&i| queries[run.samples[i].query].agent == agent).collect()
+    (0..run.samples.len()).filter(|&i| load::group(&queries[run.samples[i].query].agent) == agent).collect()
 }
 
 fn latencies(run: &Run, idx: &[usize]) -> Vec<f64> {
@@ -177,10 +193,10 @@ fn content_row(run: &Run, queries: &[Query], agent: &str) -> String {
         .collect();
     let short = match run.endpoint {
         Endpoint::Search => idx.iter().filter(|&&i| run.samples[i].items < client::TOP_K).count().to_string(),
-        Endpoint::Context => "-".into(),
+        _ => "-".into(),
     };
     let tokens = match run.endpoint {
-        Endpoint::Search => "-".into(),
+        Endpoint::Search | Endpoint::Write | Endpoint::Mixed => "-".into(),
         Endpoint::Context => {
             format!("{:.0}", mean(&idx.iter().map(|&i| run.samples[i].tokens_used as f64).collect::<Vec<_>>()))
         }
@@ -210,8 +226,112 @@ async fn settled_scan_counts(pool: &sqlx::PgPool) -> anyhow::Result<(i64, i64)> 
     Ok(sql::scan_counts(pool).await?)
 }
 
+/// Block hits and reads of the database since the server started, once the
+/// backends have flushed their statistics.
+async fn settled_block_counts(pool: &sqlx::PgPool) -> anyhow::Result<(i64, i64)> {
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    Ok(sqlx::query_as(
+        "SELECT blks_hit::int8, blks_read::int8 FROM pg_stat_database WHERE datname = current_database()",
+    )
+    .fetch_one(pool)
+    .await?)
+}
+
+/// The mixed load: `--mixed` requests over the query set's agents, one write,
+/// six searches and three contexts in ten, at `concurrency`; latency per
+/// operation and throughput. The memories it wrote are deleted after it, so
+/// that the loaded rows stay as planned.
+async fn mixed_run(
+    http: &reqwest::Client,
+    base: &str,
+    pool: Option<&sqlx::PgPool>,
+    args: &Args,
+    queries: &[Query],
+    concurrency: usize,
+) -> anyhow::Result<()> {
+    let mixed: Vec<Query> = (0..args.mixed)
+        .map(|i| {
+            let q = &queries[(i * 31) % queries.len()];
+            Query { text: q.text.clone(), agent: q.agent.clone() }
+        })
+        .collect();
+    let before = match pool {
+        Some(pool) => Some(settled_block_counts(pool).await?),
+        None => None,
+    };
+    let r = client::run(http, base, Endpoint::Mixed, concurrency, Arc::new(mixed)).await?;
+    let blocks = match (before, pool) {
+        (Some(b), Some(pool)) => {
+            let a = settled_block_counts(pool).await?;
+            Some((a.0 - b.0, a.1 - b.1))
+        }
+        _ => None,
+    };
+    if let Some(pool) = pool {
+        let deleted = sqlx::query("DELETE FROM episodic_memory WHERE tenant_id = $1 AND metadata ->> 'bench' = $2")
+            .bind(&args.tenant)
+            .bind(client::MIXED_MARK)
+            .execute(pool)
+            .await?
+            .rows_affected();
+        eprintln!("mixed: the run's {deleted} written memories deleted");
+    }
+    println!();
+    println!(
+        "### Mixed load: {} requests at concurrency {concurrency} (1 write : 6 searches : 3 contexts), run {:.1} s, {:.0} req/s, load avg {:.1} → {:.1}",
+        r.samples.len() + r.errors,
+        r.wall.as_secs_f64(),
+        (r.samples.len() + r.errors) as f64 / r.wall.as_secs_f64(),
+        r.load.0,
+        r.load.1
+    );
+    println!();
+    println!("| operation | agent | requests | p50 ms | p95 ms | p99 ms | max ms | per s |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|");
+    for op in [Endpoint::Write, Endpoint::Search, Endpoint::Context] {
+        for agent in [AGENT_A, SMALL_AGENT, load::TINY_GROUP, "all"] {
+            let l: Vec<f64> = r
+                .samples
+                .iter()
+                .filter(|s| s.op == op && (agent == "all" || load::group(&queries_agent(queries, s.query)) == agent))
+                .map(|s| s.latency_us as f64 / 1e3)
+                .collect();
+            if l.is_empty() {
+                continue;
+            }
+            println!(
+                "| {} | {agent} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                op.name(),
+                l.len(),
+                percentile(&l, 50.0),
+                percentile(&l, 95.0),
+                percentile(&l, 99.0),
+                percentile(&l, 100.0),
+                l.len() as f64 / r.wall.as_secs_f64()
+            );
+        }
+    }
+    if let Some((hit, read)) = blocks {
+        println!();
+        println!(
+            "Postgres buffer hits during the mixed run: {hit} of {} blocks ({:.4}).",
+            hit + read,
+            hit as f64 / (hit + read).max(1) as f64
+        );
+    }
+    if r.errors > 0 {
+        bail!("mixed run: {} requests failed, first: {}", r.errors, r.first_error.unwrap_or_default());
+    }
+    Ok(())
+}
+
+/// The agent of the mixed run's `i`th request (`mixed_run` picks every 31st query).
+fn queries_agent(queries: &[Query], i: usize) -> String {
+    queries[(i * 31) % queries.len()].agent.clone()
+}
+
 /// The three tables of the HTTP runs: latency, server timings, what came back.
-fn print_runs(runs: &[Run], queries: &[Query]) {
+fn print_runs(runs: &[Run], queries: &[Query], groups: &[&str]) {
     println!();
     println!("### Latency (client side: send to last body byte)");
     println!();
@@ -220,8 +340,9 @@ fn print_runs(runs: &[Run], queries: &[Query]) {
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     for r in runs {
-        println!("{}", latency_row(r, queries, AGENT_A));
-        println!("{}", latency_row(r, queries, SMALL_AGENT));
+        for g in groups {
+            println!("{}", latency_row(r, queries, g));
+        }
     }
     println!();
     println!("### Server timings, mean ms per request (response `timings`)");
@@ -231,8 +352,9 @@ fn print_runs(runs: &[Run], queries: &[Query]) {
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in runs {
-        println!("{}", legs_row(r, queries, AGENT_A));
-        println!("{}", legs_row(r, queries, SMALL_AGENT));
+        for g in groups {
+            println!("{}", legs_row(r, queries, g));
+        }
     }
     println!();
     println!("### What came back (search: results; context: memories packed; tier shares in %)");
@@ -243,8 +365,9 @@ fn print_runs(runs: &[Run], queries: &[Query]) {
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in runs {
-        println!("{}", content_row(r, queries, AGENT_A));
-        println!("{}", content_row(r, queries, SMALL_AGENT));
+        for g in groups {
+            println!("{}", content_row(r, queries, g));
+        }
     }
 }
 
@@ -292,7 +415,8 @@ async fn main() -> anyhow::Result<()> {
     // 1. Data.
     let corpus = scifact::load(&args.zip)?;
     eprintln!("data: {} distinct memory texts, {} distinct claims", corpus.texts.len(), corpus.claims.len());
-    let planned = load::plan(&corpus.texts)?;
+    let shape = load::Shape { tiny_agents: args.tiny_agents, tiny_memories: args.tiny_agent_memories };
+    let planned = load::plan(&corpus.texts, shape)?;
     let embedder = LocalEmbedder::new(&LocalConfig {
         model_dir: args.model_dir.clone(),
         threads: args.threads,
@@ -315,7 +439,7 @@ async fn main() -> anyhow::Result<()> {
                 .connect(database_url)
                 .await
                 .context("connecting to --database-url")?;
-            load::ensure_persistent(&pool, database_url, &args.tenant, &planned, &embedder).await?;
+            load::ensure_persistent(&pool, database_url, &args.tenant, &planned, &embedder, args.embed_at_most).await?;
             let redis = load::connect_redis(redis_url, &args.redis_key_prefix).await?;
             load::ensure_working(&http, &base, &redis, &args.tenant, &planned).await?;
             Some(pool)
@@ -323,7 +447,8 @@ async fn main() -> anyhow::Result<()> {
         _ => None,
     };
 
-    // 2. Queries: distinct claims, one in seven to the small agent.
+    // 2. Queries: distinct claims, one in seven to the small agent (and one in
+    // seven to a tiny agent when there are some).
     let n = if args.queries == 0 { corpus.claims.len() } else { args.queries.min(corpus.claims.len()) };
     if n < 1_000 {
         eprintln!("note: {n} queries per run, fewer than the 1,000 the issue asks for");
@@ -331,10 +456,19 @@ async fn main() -> anyhow::Result<()> {
     let queries: Vec<Query> = corpus.claims[..n]
         .iter()
         .enumerate()
-        .map(|(i, c)| Query { text: c.clone(), agent: if i % 7 == 3 { SMALL_AGENT } else { AGENT_A }.to_string() })
+        .map(|(i, c)| {
+            let agent = match i % 7 {
+                3 => SMALL_AGENT.to_string(),
+                5 if args.tiny_agents > 0 => load::tiny_agent(i * 7919 % args.tiny_agents),
+                _ => AGENT_A.to_string(),
+            };
+            Query { text: c.clone(), agent }
+        })
         .collect();
+    let groups: Vec<&str> =
+        if args.tiny_agents > 0 { vec![AGENT_A, SMALL_AGENT, load::TINY_GROUP] } else { vec![AGENT_A, SMALL_AGENT] };
     let n_a = queries.iter().filter(|q| q.agent == AGENT_A).count();
-    eprintln!("queries: {n} distinct claims per run, {n_a} to {AGENT_A}, {} to {SMALL_AGENT}", n - n_a);
+    eprintln!("queries: {n} distinct claims per run, {n_a} to {AGENT_A}, {} to the others", n - n_a);
     let queries = Arc::new(queries);
     // Warm-up texts are memory sentences, never claims: no measured query runs twice in a run.
     let warmup: Arc<Vec<Query>> = Arc::new(
@@ -362,6 +496,8 @@ async fn main() -> anyhow::Result<()> {
 
     let mut runs: Vec<Run> = Vec::new();
     let mut scans_api = None;
+    // (endpoint, concurrency, blocks found in shared buffers, blocks read) per run.
+    let mut hits: Vec<(Endpoint, usize, i64, i64)> = Vec::new();
     for endpoint in [Endpoint::Search, Endpoint::Context] {
         if !warmup.is_empty() {
             let w = client::run(&http, &base, endpoint, 4, warmup.clone()).await?;
@@ -379,13 +515,22 @@ async fn main() -> anyhow::Result<()> {
                 Some(pool) if endpoint == Endpoint::Search && c == 1 => Some(settled_scan_counts(pool).await?),
                 _ => None,
             };
+            let blocks_before = match &pool {
+                Some(pool) => Some(settled_block_counts(pool).await?),
+                None => None,
+            };
             let r = client::run(&http, &base, endpoint, c, queries.clone()).await?;
+            if let (Some(b), Some(pool)) = (blocks_before, &pool) {
+                let a = settled_block_counts(pool).await?;
+                hits.push((endpoint, c, a.0 - b.0, a.1 - b.1));
+            }
             if let (Some(b), Some(pool)) = (before, &pool) {
                 let a = settled_scan_counts(pool).await?;
                 scans_api = Some((a.0 - b.0, a.1 - b.1, r.samples.len() + r.errors));
             }
-            eprintln!("{}", latency_row(&r, &queries, AGENT_A));
-            eprintln!("{}", latency_row(&r, &queries, SMALL_AGENT));
+            for g in &groups {
+                eprintln!("{}", latency_row(&r, &queries, g));
+            }
             if let Some(e) = &r.first_error {
                 eprintln!("  {} at {c}: {} errors, first: {e}", endpoint.name(), r.errors);
             }
@@ -393,7 +538,21 @@ async fn main() -> anyhow::Result<()> {
         }
     }
 
-    print_runs(&runs, &queries);
+    print_runs(&runs, &queries, &groups);
+    if !hits.is_empty() {
+        println!();
+        println!("### Postgres buffer hits during each run (pg_stat_database: blocks found in shared_buffers / all)");
+        println!();
+        println!("| endpoint | concurrency | blocks hit | blocks read | hit rate |");
+        println!("|---|---:|---:|---:|---:|");
+        for (e, c, hit, read) in &hits {
+            let rate = *hit as f64 / (*hit + *read).max(1) as f64;
+            println!("| {} | {c} | {hit} | {read} | {:.4} |", e.name(), rate);
+        }
+    }
+    if args.mixed > 0 {
+        mixed_run(&http, &base, pool.as_ref(), &args, &queries, max_concurrency).await?;
+    }
     let Some(pool) = pool else {
         return embedded_aims(&runs, &queries);
     };
@@ -458,15 +617,15 @@ async fn main() -> anyhow::Result<()> {
     // Exact top-20 once per sampled query, then the ANN top-20 at each ef_search.
     eprintln!("sql: ANN recall@20 against exact search, ef_search {:?}", args.ef_search);
     let mut recall_rows = Vec::new();
-    for agent in [AGENT_A, SMALL_AGENT] {
+    for &agent in &groups {
         let sample: Vec<usize> =
-            (0..queries.len()).filter(|&i| queries[i].agent == agent).take(args.recall_sample).collect();
+            (0..queries.len()).filter(|&i| load::group(&queries[i].agent) == agent).take(args.recall_sample).collect();
         let t0 = Instant::now();
         let mut truth = Vec::with_capacity(sample.len());
         let mut exact_ms = Vec::with_capacity(sample.len());
         for &i in &sample {
             let t = Instant::now();
-            truth.push(sql::vector_hits(&exact, &model, &vectors[i], &scope(agent), SEARCH_PER_LEG).await?);
+            truth.push(sql::vector_hits(&exact, &model, &vectors[i], &scope(&queries[i].agent), SEARCH_PER_LEG).await?);
             exact_ms.push(t.elapsed().as_secs_f64() * 1e3);
         }
         for &ef in &args.ef_search {
@@ -476,7 +635,8 @@ async fn main() -> anyhow::Result<()> {
                 (Vec::new(), Vec::new(), Vec::new(), 0, 0);
             for (&i, e) in sample.iter().zip(&truth) {
                 let t = Instant::now();
-                let a = sql::vector_hits(&ann_ef, &model, &vectors[i], &scope(agent), SEARCH_PER_LEG).await?;
+                let a =
+                    sql::vector_hits(&ann_ef, &model, &vectors[i], &scope(&queries[i].agent), SEARCH_PER_LEG).await?;
                 ann_ms.push(t.elapsed().as_secs_f64() * 1e3);
                 let r = sql::recall_at(&a, e, client::TOP_K);
                 by_id.push(r.by_id);
@@ -518,12 +678,19 @@ async fn main() -> anyhow::Result<()> {
             ));
         }
     }
-    if let Some(i) = (0..queries.len()).find(|&i| queries[i].agent == SMALL_AGENT) {
-        let p = "EXPLAIN (ANALYZE, BUFFERS) ";
+    for &g in &groups[1..] {
+        let Some(i) = (0..queries.len()).find(|&i| load::group(&queries[i].agent) == g) else { continue };
+        let (p, agent) = ("EXPLAIN (ANALYZE, BUFFERS) ", queries[i].agent.as_str());
         plans.push((
-            format!("vector leg, {SMALL_AGENT}, LIMIT {SEARCH_PER_LEG}, query {i}"),
-            sql::explain(&ann, sql::vector_leg(p, &model, &vectors[i], &scope(SMALL_AGENT), SEARCH_PER_LEG)).await?,
+            format!("vector leg, {agent}, LIMIT {SEARCH_PER_LEG}, query {i}"),
+            sql::explain(&ann, sql::vector_leg(p, &model, &vectors[i], &scope(agent), SEARCH_PER_LEG)).await?,
         ));
+        if let Some(tsq) = sql::tsquery(&ann, &queries[i].text).await? {
+            plans.push((
+                format!("text leg, {agent}, LIMIT {SEARCH_PER_LEG}, query {i}"),
+                sql::explain(&ann, sql::text_leg(p, &tsq, &scope(agent), SEARCH_PER_LEG)).await?,
+            ));
+        }
     }
     plans.push((
         "vector leg as a generic (prepared) plan".into(),
@@ -542,8 +709,8 @@ async fn main() -> anyhow::Result<()> {
     for (name, v) in [
         (format!("vector leg, LIMIT {SEARCH_PER_LEG} per tier (search)"), &vec40),
         (format!("vector leg, LIMIT {CONTEXT_PER_LEG} per tier (context)"), &vec200),
-        (format!("text leg, LIMIT {SEARCH_PER_LEG} per tier (both statements)"), &text40),
-        (format!("text leg, LIMIT {CONTEXT_PER_LEG} per tier (both statements)"), &text200),
+        (format!("text leg, LIMIT {SEARCH_PER_LEG} per tier (both statements; every query word)"), &text40),
+        (format!("text leg, LIMIT {CONTEXT_PER_LEG} per tier (both statements; every query word)"), &text200),
     ] {
         println!(
             "| {name} | {:.2} | {:.2} | {:.2} | {:.2} |",

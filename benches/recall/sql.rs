@@ -5,7 +5,10 @@
 //! JSON and scoring, and their plans (EXPLAIN ANALYZE, BUFFERS).
 //!
 //! Keep the builders below in step with search.rs; they copy it on purpose
-//! (the server's builders are private to the store).
+//! (the server's builders are private to the store). One difference: the
+//! text leg here searches every word of the query; the server leaves out
+//! those too common in the agent's rows (`store/postgres/text.rs`), which
+//! needs the planner's statistics.
 
 use std::collections::HashSet;
 use std::time::Instant;
