@@ -56,26 +56,25 @@ async fn progress(env: &ServerEnv) -> (i64, i64, i64, i64) {
         (marked.0, marked.1, listed.0, listed.1)
     } else {
         let db = sqlx::PgPool::connect(&env.database_url).await.unwrap();
-        let marked: (i64, i64) = sqlx::query_as(
-            "SELECT count(*) FILTER (WHERE consolidated_at IS NOT NULL AND NOT metadata ? 'consolidation'), \
-                    count(*) FILTER (WHERE metadata ? 'consolidation') \
-             FROM episodic_memory WHERE tenant_id = $1",
-        )
-        .bind(&env.tenant)
-        .fetch_one(&db)
-        .await
-        .unwrap();
-        let listed: (i64, i64) = sqlx::query_as(
-            "SELECT count(s), count(DISTINCT s) FROM episodic_memory m, \
-                    jsonb_array_elements_text(m.metadata -> 'consolidation' -> 'source_episode_ids') s \
-             WHERE m.tenant_id = $1",
+        // One statement, so one snapshot: the killed server's Postgres backend
+        // may still commit its last transaction (an episode marked with its
+        // summary) until it notices the closed socket, and two reads could
+        // fall on either side of that commit.
+        let counts: (i64, i64, i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM episodic_memory WHERE tenant_id = $1 \
+                        AND consolidated_at IS NOT NULL AND NOT metadata ? 'consolidation'), \
+                    (SELECT count(*) FROM episodic_memory WHERE tenant_id = $1 AND metadata ? 'consolidation'), \
+                    l.n, l.d \
+             FROM (SELECT count(s) AS n, count(DISTINCT s) AS d FROM episodic_memory m, \
+                          jsonb_array_elements_text(m.metadata -> 'consolidation' -> 'source_episode_ids') s \
+                   WHERE m.tenant_id = $1) AS l",
         )
         .bind(&env.tenant)
         .fetch_one(&db)
         .await
         .unwrap();
         db.close().await;
-        (marked.0, marked.1, listed.0, listed.1)
+        counts
     }
 }
 
