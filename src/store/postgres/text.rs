@@ -40,7 +40,9 @@ const REFRESH_EVERY: Duration = Duration::from_secs(600);
 pub struct TableStats {
     /// Rows in the table (`pg_class.reltuples`).
     pub rows: f64,
-    /// Share of rows per listed agent; an unlisted one has at most `agent_floor`.
+    /// Share of rows per listed agent; an unlisted one has `agent_floor`:
+    /// the rows of unlisted agents shared among them, as the planner
+    /// estimates it.
     pub agents: HashMap<String, f64>,
     pub agent_floor: f64,
     /// Share of rows holding each listed lexeme; an unlisted one has at most `lexeme_floor`.
@@ -111,12 +113,12 @@ impl TextStats {
 
 /// One statement over `pg_stats` for the three tables.
 async fn read(pool: &PgPool) -> sqlx::Result<HashMap<Tier, TableStats>> {
-    type Row = (String, String, f64, Option<Vec<String>>, Option<Vec<f32>>);
+    type Row = (String, String, f64, f32, Option<Vec<String>>, Option<Vec<f32>>);
     // `most_common_vals` / `most_common_elems` are `anyarray`: through text
     // to text[]. The element frequencies end with three summary figures
     // (minimum, maximum, share of empty values) after one per element.
     let rows: Vec<Row> = sqlx::query_as(
-        "SELECT s.tablename::text, s.attname::text, c.reltuples::float8, \
+        "SELECT s.tablename::text, s.attname::text, c.reltuples::float8, s.n_distinct, \
                 CASE WHEN s.attname = 'agent_id' THEN s.most_common_vals::text::text[] \
                      ELSE s.most_common_elems::text::text[] END, \
                 CASE WHEN s.attname = 'agent_id' THEN s.most_common_freqs \
@@ -130,7 +132,7 @@ async fn read(pool: &PgPool) -> sqlx::Result<HashMap<Tier, TableStats>> {
     .fetch_all(pool)
     .await?;
     let mut stats: HashMap<Tier, TableStats> = HashMap::new();
-    for (table, column, reltuples, values, freqs) in rows {
+    for (table, column, reltuples, n_distinct, values, freqs) in rows {
         let tier = match table.as_str() {
             "episodic_memory" => Tier::Episodic,
             "semantic_memory" => Tier::Semantic,
@@ -138,12 +140,17 @@ async fn read(pool: &PgPool) -> sqlx::Result<HashMap<Tier, TableStats>> {
         };
         let (Some(values), Some(freqs)) = (values, freqs) else { continue };
         let s = stats.entry(tier).or_default();
-        s.rows = f64::from(reltuples.max(0.0) as f32);
+        s.rows = reltuples.max(0.0);
         let pairs: HashMap<String, f64> = values.into_iter().zip(freqs.iter().map(|f| f64::from(*f))).collect();
         let floor = pairs.values().copied().fold(f64::INFINITY, f64::min);
         let floor = if floor.is_finite() { floor } else { 0.0 };
         if column == "agent_id" {
-            (s.agents, s.agent_floor) = (pairs, floor);
+            // n_distinct < 0 is minus the share of rows with distinct values.
+            let distinct = if n_distinct < 0.0 { -f64::from(n_distinct) * s.rows } else { f64::from(n_distinct) };
+            let unlisted_rows = (1.0 - pairs.values().sum::<f64>()).max(0.0);
+            let unlisted_agents = (distinct - pairs.len() as f64).max(1.0);
+            s.agent_floor = (unlisted_rows / unlisted_agents).min(floor);
+            s.agents = pairs;
         } else {
             (s.lexemes, s.lexeme_floor) = (pairs, floor);
         }
@@ -190,6 +197,56 @@ mod tests {
         let q = words(&["show", "induct"]);
         assert_eq!(stats().choose("big", &q), vec!["induct"]);
         assert_eq!(stats().choose("big", &words(&["show"])), vec!["show"]);
+    }
+
+    /// `read` on a real Postgres: a schema of its own holding an
+    /// `episodic_memory` table with the two columns it reads, analysed.
+    #[tokio::test]
+    async fn reads_agent_and_word_shares_from_pg_stats() {
+        let Ok(url) = std::env::var("ENGRAM_TEST_DATABASE_URL") else {
+            eprintln!("ENGRAM_TEST_DATABASE_URL is not set: skipped (scripts/test.sh sets it)");
+            return;
+        };
+        let schema = format!("text_stats_{}", uuid::Uuid::new_v4().simple());
+        let setup = format!("CREATE SCHEMA {schema}; SET search_path = {schema}");
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .after_connect(move |conn, _| {
+                let setup = setup.clone();
+                Box::pin(async move {
+                    sqlx::raw_sql(sqlx::AssertSqlSafe(setup)).execute(conn).await?;
+                    Ok(())
+                })
+            })
+            .connect(&url)
+            .await
+            .expect("connecting to ENGRAM_TEST_DATABASE_URL");
+        // 3,000 rows: agent "big" has 2,400 of them; every row says "coffee",
+        // one row in ten "espresso", one "Lisbon".
+        sqlx::raw_sql(
+            "CREATE TABLE episodic_memory (agent_id text NOT NULL, search_tsv tsvector NOT NULL); \
+             INSERT INTO episodic_memory \
+             SELECT CASE WHEN i % 5 = 0 THEN 'small-' || i ELSE 'big' END, \
+                    to_tsvector('english', 'coffee order ' || i \
+                        || CASE WHEN i % 10 = 0 THEN ' espresso' ELSE '' END \
+                        || CASE WHEN i = 7 THEN ' Lisbon' ELSE '' END) \
+             FROM generate_series(1, 3000) AS i; \
+             ANALYZE episodic_memory",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        let stats = read(&pool).await.unwrap();
+        let s = &stats[&Tier::Episodic];
+        assert_eq!(s.rows, 3000.0);
+        assert!((s.agents["big"] - 0.8).abs() < 0.01, "{:?}", s.agents.get("big"));
+        assert!((s.lexemes["coffe"] - 1.0).abs() < 0.01, "{:?}", s.lexemes.get("coffe"));
+        assert!((s.lexemes["espresso"] - 0.1).abs() < 0.02, "{:?}", s.lexemes.get("espresso"));
+        // 2,400 expected matches for "coffe" in big's rows: it goes, the rarer words stay.
+        let q = words(&["coffe", "espresso", "lisbon"]);
+        assert_eq!(s.choose("big", &q), vec!["espresso", "lisbon"]);
+        assert_eq!(s.choose("small-5", &q), vec!["coffe", "espresso", "lisbon"]);
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&pool).await.unwrap();
     }
 
     #[test]
