@@ -5,8 +5,10 @@
 #   scripts/redis-cluster.sh start   start it (or reuse it) and print its URL
 #   scripts/redis-cluster.sh stop
 #
-# Ports ${ENGRAM_TEST_CLUSTER_PORT:-46381} and the next two (at most 55535: each node also
-# listens 10000 higher for the cluster bus); its files live under
+# Ports ${ENGRAM_TEST_CLUSTER_PORT:-21381} and the next two; each node also listens 10000
+# higher for the cluster bus. Both lie below the kernel's range of ephemeral ports
+# (32768-60999 by default), from which any outgoing connection on the machine may take its
+# local port: a node whose bus port was taken that way failed to start. Its files live under
 # ENGRAM_CACHE_DIR (default /var/tmp/engram-cache for root, ~/.cache/engram otherwise).
 set -euo pipefail
 
@@ -14,7 +16,7 @@ log() { printf 'redis-cluster.sh: %s\n' "$*" >&2; }
 if [[ -z ${ENGRAM_CACHE_DIR:-} ]]; then
   if [[ "$(id -u)" == 0 ]]; then ENGRAM_CACHE_DIR=/var/tmp/engram-cache; else ENGRAM_CACHE_DIR=$HOME/.cache/engram; fi
 fi
-base=${ENGRAM_TEST_CLUSTER_PORT:-46381}
+base=${ENGRAM_TEST_CLUSTER_PORT:-21381}
 ports=("$base" "$((base + 1))" "$((base + 2))")
 dir=$ENGRAM_CACHE_DIR/redis-cluster
 url="redis-cluster://127.0.0.1:${ports[0]},127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}"
@@ -41,6 +43,12 @@ start)
     ((up == 3)) && break
     sleep 0.1
   done
+  if ((up < 3)); then
+    for p in "${ports[@]}"; do
+      redis-cli -p "$p" ping >/dev/null 2>&1 || { log "node $p did not start:" && tail -n 5 "$dir/$p/redis.log" >&2; }
+    done
+    exit 1
+  fi
   redis-cli --cluster create "${ports[@]/#/127.0.0.1:}" --cluster-replicas 0 --cluster-yes >"$dir/create.log" 2>&1 ||
     { cat "$dir/create.log" >&2 && exit 1; }
   for _ in $(seq 1 100); do
