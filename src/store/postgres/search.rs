@@ -90,10 +90,27 @@ pub(super) fn push_held_at(qb: &mut QueryBuilder<Postgres>, t: DateTime<Utc>, as
     qb.push(" THEN 'infinity'::timestamptz ELSE valid_until END) > ").push_bind(t);
 }
 
-/// The OR of `lexemes` as a tsquery expression (NULL when there are none).
-fn push_tsquery(qb: &mut QueryBuilder<Postgres>, lexemes: &[String]) {
+/// The lexemes a tsquery is made of.
+enum Words<'a> {
+    /// These, already taken from the query (`search_legs`).
+    These(&'a [String]),
+    /// Those of this text: English stemming, stop words dropped, as
+    /// `search_tsv` is made.
+    Of(&'a str),
+}
+
+/// The OR of some lexemes as a tsquery expression (NULL when there are none).
+fn push_tsquery(qb: &mut QueryBuilder<Postgres>, words: Words) {
     qb.push("(SELECT to_tsquery('simple', string_agg(quote_literal(l), ' | ')) FROM unnest(");
-    qb.push_bind(lexemes.to_vec()).push("::text[]) AS l)");
+    match words {
+        Words::These(lexemes) => {
+            qb.push_bind(lexemes.to_vec()).push("::text[]");
+        }
+        Words::Of(text) => {
+            qb.push("tsvector_to_array(to_tsvector('english', ").push_bind(text.to_string()).push("))");
+        }
+    }
+    qb.push(") AS l)");
 }
 
 fn literal(s: &str) -> String {
@@ -113,12 +130,11 @@ impl PgStore {
         }
         // The query's lexemes (English stemming, stop words dropped); the legs
         // OR them: a question rarely contains every word of its answer.
-        let lexemes: Vec<String> =
-            sqlx::query_scalar("SELECT coalesce(array_agg(lexeme), '{}') FROM unnest(to_tsvector('english', $1))")
-                .bind(&q.text)
-                .fetch_one(&self.pool)
-                .await
-                .map_err(store_error)?;
+        let lexemes: Vec<String> = sqlx::query_scalar("SELECT tsvector_to_array(to_tsvector('english', $1))")
+            .bind(&q.text)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(store_error)?;
         let vector = async {
             let started = Instant::now();
             let hits = match &q.vector {
@@ -164,7 +180,7 @@ impl PgStore {
         let model = literal(&embedding.model);
         let qvec = pgvector::Vector::from(embedding.vector.clone());
         let mut qb: QueryBuilder<Postgres> = QueryBuilder::new("WITH q AS (SELECT ");
-        push_tsquery(&mut qb, lexemes);
+        push_tsquery(&mut qb, Words::These(lexemes));
         qb.push(" AS q) SELECT * FROM (");
         for (i, tier) in tiers.iter().enumerate() {
             if i > 0 {
@@ -225,7 +241,7 @@ impl PgStore {
                 qb.push(", ");
             }
             qb.push(format!("q{i} AS (SELECT "));
-            push_tsquery(&mut qb, &chosen);
+            push_tsquery(&mut qb, Words::These(&chosen));
             qb.push(" AS q)");
         }
         qb.push(" SELECT * FROM (");
@@ -299,13 +315,10 @@ impl PgStore {
             return Ok(Vec::new());
         }
         // The query's lexemes as the legs use them (NULL when it has none).
-        let mut qb: QueryBuilder<Postgres> = QueryBuilder::new(
-            "WITH l AS (SELECT string_agg(quote_literal(lexeme), ' | ') AS s FROM unnest(to_tsvector('english', ",
-        );
-        qb.push_bind(q.text.clone());
+        let mut qb: QueryBuilder<Postgres> = QueryBuilder::new("WITH q AS (SELECT ");
+        push_tsquery(&mut qb, Words::Of(&q.text));
         qb.push(
-            "))), q AS (SELECT CASE WHEN l.s IS NULL OR l.s = '' THEN NULL ELSE to_tsquery('simple', l.s) END AS q \
-             FROM l), a AS (SELECT id AS anchor_id, created_at AS anchor_at FROM episodic_memory WHERE tenant_id = ",
+            " AS q), a AS (SELECT id AS anchor_id, created_at AS anchor_at FROM episodic_memory WHERE tenant_id = ",
         );
         qb.push_bind(tenant.to_string());
         qb.push(" AND id = ANY(").push_bind(anchors.to_vec()).push("))");
