@@ -4,8 +4,9 @@
 # HAProxy from the OS packages (apt-get install haproxy), driven by
 # tests/scale/three_processes.py: the idempotency race across processes, consolidation asked
 # of all three at once (each episode consolidated once), and kill -9 of one process under
-# write load with every acknowledged write read back and no retry written twice. The servers embed with the lexical-hash provider: the subject is the processes,
-# not the model. Working memory and the skill cache on a Redis Cluster run in scripts/test.sh.
+# write load with every acknowledged write read back and no retry written twice. The servers
+# embed with the lexical-hash provider: the subject is the processes, not the model. Working
+# memory and the skill cache on a Redis Cluster run in scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

@@ -107,7 +107,7 @@ pub fn plan(texts: &[String], shape: Shape) -> anyhow::Result<Vec<Planned>> {
     for k in 0..shape.tiny_agents {
         agents.push((tiny_agent(k), shape.tiny_memories, AGENT_A_MEMORIES + k * shape.tiny_memories));
     }
-    let mut planned = Vec::with_capacity(AGENT_A_MEMORIES + SMALL_AGENTS * SMALL_AGENT_MEMORIES);
+    let mut planned = Vec::with_capacity(agents.iter().map(|(_, n, _)| n).sum());
     for (k, (agent, n, offset)) in agents.into_iter().enumerate() {
         let mut tiers = Vec::with_capacity(n);
         tiers.extend(std::iter::repeat_n(Tier::Working, n / 100));

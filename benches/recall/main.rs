@@ -259,7 +259,8 @@ async fn mixed_run(
         Some(pool) => Some(settled_block_counts(pool).await?),
         None => None,
     };
-    let r = client::run(http, base, Endpoint::Mixed, concurrency, Arc::new(mixed)).await?;
+    let mixed = Arc::new(mixed);
+    let r = client::run(http, base, Endpoint::Mixed, concurrency, mixed.clone()).await?;
     let blocks = match (before, pool) {
         (Some(b), Some(pool)) => {
             let a = settled_block_counts(pool).await?;
@@ -293,7 +294,7 @@ async fn mixed_run(
             let l: Vec<f64> = r
                 .samples
                 .iter()
-                .filter(|s| s.op == op && (agent == "all" || load::group(&queries_agent(queries, s.query)) == agent))
+                .filter(|s| s.op == op && (agent == "all" || load::group(&mixed[s.query].agent) == agent))
                 .map(|s| s.latency_us as f64 / 1e3)
                 .collect();
             if l.is_empty() {
@@ -323,11 +324,6 @@ async fn mixed_run(
         bail!("mixed run: {} requests failed, first: {}", r.errors, r.first_error.unwrap_or_default());
     }
     Ok(())
-}
-
-/// The agent of the mixed run's `i`th request (`mixed_run` picks every 31st query).
-fn queries_agent(queries: &[Query], i: usize) -> String {
-    queries[(i * 31) % queries.len()].agent.clone()
 }
 
 /// The three tables of the HTTP runs: latency, server timings, what came back.
