@@ -464,7 +464,9 @@ pub struct RedisConfig {
     /// How long an open breaker refuses calls before one probe goes through.
     pub breaker_cooldown_ms: u64,
     /// How often committed working-memory entries left in the outbox (by a
-    /// crash or a Redis failure after the commit) are written; 0: never.
+    /// crash or a Redis failure after the commit) are written, and skills
+    /// changed or deleted since the last run evicted from the cache again;
+    /// 0: never.
     pub outbox_interval_secs: u64,
 }
 

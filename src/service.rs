@@ -394,6 +394,32 @@ impl MemoryService {
         Ok(count)
     }
 
+    /// Evicts from the skill cache, again, up to `limit` skills that writes
+    /// changed or deleted (`WriteTx::stage_eviction`) and takes their rows
+    /// out; returns how many rows. A row read here was committed before the
+    /// eviction, so the eviction covers it; a write committed meanwhile adds
+    /// its own row. Stops at the first failed eviction (Redis still away):
+    /// the rest stay for the next run.
+    pub async fn complete_evictions(&self, limit: usize) -> ServiceResult<usize> {
+        let staged = self.store.staged_evictions(limit).await?;
+        let mut done = Vec::with_capacity(staged.len());
+        let mut failed = None;
+        for row in &staged {
+            match self.skills.evict(&row.tenant_id, row.id).await {
+                Ok(()) => done.push(row.eviction_id),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        self.store.unstage_evictions(&done).await?;
+        match failed {
+            Some(e) => Err(e.into()),
+            None => Ok(done.len()),
+        }
+    }
+
     async fn evict_skill(&self, tenant: &str, id: Uuid) {
         if let Err(e) = self.skills.evict(tenant, id).await {
             tracing::warn!(error = %e, %id, "could not evict a cached skill");
@@ -539,7 +565,7 @@ impl MemoryService {
             Ok(None) => None,
             Err(e) => Some(e),
         };
-        match self.store.delete(tenant, id).await {
+        match self.store.delete(tenant, id, self.clock.now()).await {
             Ok(Tier::Procedural) => {
                 self.evict_skill(tenant, id).await;
                 Ok(())

@@ -174,6 +174,14 @@ fn parse_staged(rows: Vec<(String, String)>) -> StoreResult<Vec<Staged>> {
         .collect()
 }
 
+/// A skill whose cached copy must go, from `skill_evictions`.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct StagedEviction {
+    pub eviction_id: Uuid,
+    pub tenant_id: String,
+    pub id: Uuid,
+}
+
 /// An `Idempotency-Key` and the hash of the request body it came with.
 #[derive(Debug, Clone)]
 pub struct IdempotencyKey {
@@ -385,6 +393,13 @@ pub trait MemoryStore: Send + Sync {
     /// Takes entries out of the outbox (written to working memory, or deleted).
     async fn unstage_working(&self, tenant: &str, ids: &[Uuid]) -> StoreResult<()>;
 
+    /// Skills whose cached copy must go (`WriteTx::stage_eviction`), oldest
+    /// first, at most `limit`, of any tenant.
+    async fn staged_evictions(&self, limit: usize) -> StoreResult<Vec<StagedEviction>>;
+
+    /// Takes these rows (by `eviction_id`) out once their skills are evicted.
+    async fn unstage_evictions(&self, eviction_ids: &[Uuid]) -> StoreResult<()>;
+
     /// A live (not expired) memory by id.
     async fn get(&self, tenant: &str, id: Uuid, now: DateTime<Utc>) -> StoreResult<Memory>;
 
@@ -404,8 +419,8 @@ pub trait MemoryStore: Send + Sync {
     }
 
     /// Deletes a memory for good; returns its tier.
-    async fn delete(&self, tenant: &str, id: Uuid) -> StoreResult<Tier> {
-        write::delete(self.begin().await?, tenant, id).await
+    async fn delete(&self, tenant: &str, id: Uuid, now: DateTime<Utc>) -> StoreResult<Tier> {
+        write::delete(self.begin().await?, tenant, id, now).await
     }
 
     /// A fact's history, oldest first: the chain of facts it superseded and

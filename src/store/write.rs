@@ -112,6 +112,12 @@ pub trait WriteTx: Send {
         now: DateTime<Utc>,
     ) -> StoreResult<()>;
 
+    /// Records that the cached copy of skill `id` must go: committed with
+    /// the write that changed or deleted the skill, evicted by the writer
+    /// after the commit and again by the outbox job, which takes the row out
+    /// (`MemoryStore::staged_evictions`).
+    async fn stage_eviction(&mut self, tenant: &str, id: Uuid, now: DateTime<Utc>) -> StoreResult<()>;
+
     /// Marks episodes consolidated at `at`, first taking the locks an
     /// erasure of `users` takes (so the two never interleave); returns how
     /// many of `ids` were live, unconsolidated episodes (the caller rolls
@@ -253,6 +259,7 @@ pub async fn write_consolidated(
             reward_count: Some(state.reward_count),
             embedding: None,
         };
+        tx.stage_eviction(tenant, row.memory.id, now).await?;
         out.skills.push(tx.update(tenant, &row, VectorChange::Keep).await?.id);
     }
 
@@ -343,11 +350,13 @@ async fn write_one(
                 Some(old) if !old.skill.is_expired(now) => {
                     let next = upsert_skill(&old, &row, p.memory.reward);
                     let s = stored(next.skill, p, next.reward_count);
+                    tx.stage_eviction(tenant, s.memory.id, now).await?;
                     tx.update(tenant, &s, VectorChange::Set(p.embedding.as_ref())).await?
                 }
                 expired => {
                     // A forgotten skill is not revived: its counters go with it.
                     if let Some(old) = expired {
+                        tx.stage_eviction(tenant, old.skill.id, now).await?;
                         tx.delete(tenant, old.skill.id).await?;
                     }
                     let rewards = i32::from(p.memory.reward.is_some());
@@ -444,14 +453,20 @@ pub async fn update(
     let row =
         StoredMemory { memory: next, content_hash, reward_count: Some(reward_count), embedding: embedding.cloned() };
     let vector = if patch.content.is_some() { VectorChange::Set(embedding) } else { VectorChange::Keep };
+    if row.memory.tier == Tier::Procedural {
+        tx.stage_eviction(tenant, id, now).await?;
+    }
     let memory = tx.update(tenant, &row, vector).await?;
     tx.commit().await?;
     Ok(memory)
 }
 
 /// Deletes a persistent memory for good; returns its tier.
-pub async fn delete(mut tx: Box<dyn WriteTx>, tenant: &str, id: Uuid) -> StoreResult<Tier> {
+pub async fn delete(mut tx: Box<dyn WriteTx>, tenant: &str, id: Uuid, now: DateTime<Utc>) -> StoreResult<Tier> {
     let tier = tx.delete(tenant, id).await?.ok_or(StoreError::NotFound)?;
+    if tier == Tier::Procedural {
+        tx.stage_eviction(tenant, id, now).await?;
+    }
     tx.commit().await?;
     Ok(tier)
 }

@@ -7,10 +7,13 @@
 //! Redis write and checks that the batch ends up whole, once; `erasure`
 //! kills it among an erasure's deletes and checks that the erasure resumes;
 //! `consolidation` kills it among a consolidation's groups and checks that a
-//! new run takes each episode the killed one had not reached, once.
+//! new run takes each episode the killed one had not reached, once;
+//! `skill_cache` stops Redis under two server processes and checks that no
+//! replica serves a skill changed meanwhile as it was before.
 
 mod consolidation;
 mod erasure;
 mod load;
 mod outbox;
 mod server;
+mod skill_cache;

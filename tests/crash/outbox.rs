@@ -16,93 +16,19 @@
 //! the same SQLite file, and `load` covers its crashes.
 
 use std::collections::BTreeSet;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::server::{ServerEnv, ServerProcess, free_port, service_url};
+use crate::server::{OwnRedis, ServerEnv, ServerProcess, free_port, service_url};
 
 /// How long the test waits for something it polls (a commit, the outbox job).
 const POLL_TIMEOUT: Duration = Duration::from_secs(30);
 /// The outbox job runs every second here (10 s by default) and writes
 /// entries at least 5 s old.
 const OUTBOX_INTERVAL_SECS: &str = "1";
-
-/// A `redis-server` of this test's own on a free loopback port, never the
-/// shared one: freezing it stops nobody else. Dropping it kills it, frozen
-/// or not, so a failing assertion never leaves it behind.
-struct OwnRedis {
-    child: Child,
-    port: u16,
-    dir: std::path::PathBuf,
-}
-
-impl OwnRedis {
-    fn start() -> OwnRedis {
-        let port = free_port();
-        let dir = std::env::temp_dir().join(format!("engram-crash-redis-{}", Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server on PATH");
-        let redis = OwnRedis { child, port, dir };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while redis.cli(&["ping"]).trim() != "PONG" {
-            assert!(Instant::now() < deadline, "redis-server did not start on port {port}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        redis
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn signal(&self, signal: &str) {
-        let status = Command::new("kill").args([signal, &self.child.id().to_string()]).status().expect("kill");
-        assert!(status.success(), "kill {signal} of redis-server failed");
-    }
-
-    /// SIGSTOP: connections stay open, nothing is answered.
-    fn freeze(&self) {
-        self.signal("-STOP");
-    }
-
-    fn thaw(&self) {
-        self.signal("-CONT");
-    }
-
-    /// What `redis-cli --raw` prints (one value a line).
-    fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .args(["-p", &self.port.to_string(), "--raw"])
-            .args(args)
-            .output()
-            .expect("redis-cli on PATH");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn lines(&self, args: &[&str]) -> Vec<String> {
-        self.cli(args).lines().filter(|l| !l.is_empty()).map(str::to_string).collect()
-    }
-}
-
-impl Drop for OwnRedis {
-    fn drop(&mut self) {
-        // A stopped process dies of SIGKILL too; SIGCONT first is only tidy.
-        let _ = Command::new("kill").args(["-CONT", &self.child.id().to_string()]).status();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 /// Batch `n`: one working entry and three persistent memories.
 fn batch(run: &str, n: &str) -> Value {

@@ -129,3 +129,99 @@ impl OwnDatabase {
         sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&self.admin).await.unwrap();
     }
 }
+
+/// A `redis-server` of a test's own on a free loopback port, never the
+/// shared one: freezing or stopping it stops nobody else. Dropping it kills
+/// it, frozen or not, so a failing assertion never leaves it behind.
+pub struct OwnRedis {
+    child: Child,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl OwnRedis {
+    pub fn start() -> OwnRedis {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("engram-crash-redis-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let child = Self::spawn(port, &dir);
+        let redis = OwnRedis { child, port, dir };
+        redis.wait_up();
+        redis
+    }
+
+    /// No save points: only `stop_saving` writes the data to disk.
+    fn spawn(port: u16, dir: &std::path::Path) -> Child {
+        Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH")
+    }
+
+    fn wait_up(&self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.cli(&["ping"]).trim() != "PONG" {
+            assert!(Instant::now() < deadline, "redis-server did not start on port {}", self.port);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// An outage that keeps the data: the server saves and exits, and
+    /// `start_again` brings it back with what it held.
+    pub fn stop_saving(&mut self) {
+        let _ = self.cli(&["shutdown", "save"]);
+        let status = self.child.wait().expect("redis-server exit");
+        assert!(self.dir.join("dump.rdb").exists(), "redis-server exited ({status}) without saving");
+    }
+
+    /// Back on the same port with the data `stop_saving` saved.
+    pub fn start_again(&mut self) {
+        self.child = Self::spawn(self.port, &self.dir);
+        self.wait_up();
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill").args([signal, &self.child.id().to_string()]).status().expect("kill");
+        assert!(status.success(), "kill {signal} of redis-server failed");
+    }
+
+    /// SIGSTOP: connections stay open, nothing is answered.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    /// What `redis-cli --raw` prints (one value a line).
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "--raw"])
+            .args(args)
+            .output()
+            .expect("redis-cli on PATH");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn lines(&self, args: &[&str]) -> Vec<String> {
+        self.cli(args).lines().filter(|l| !l.is_empty()).map(str::to_string).collect()
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        // A stopped process dies of SIGKILL too; SIGCONT first is only tidy.
+        let _ = Command::new("kill").args(["-CONT", &self.child.id().to_string()]).status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -15,8 +15,8 @@ use super::{PgStore, observe, store_error};
 use crate::domain::{Memory, Tier};
 use crate::store::write::WriteTx;
 use crate::store::{
-    Adjacent, ListFilter, MemoryStore, PendingVector, SearchHits, SearchQuery, Staged, StoreError, StoreResult,
-    StoredResponse,
+    Adjacent, ListFilter, MemoryStore, PendingVector, SearchHits, SearchQuery, Staged, StagedEviction, StoreError,
+    StoreResult, StoredResponse,
 };
 
 fn live(now_param: usize) -> String {
@@ -148,6 +148,28 @@ impl MemoryStore for PgStore {
         sqlx::query("DELETE FROM working_outbox WHERE tenant_id = $1 AND id = ANY($2)")
             .bind(tenant)
             .bind(ids)
+            .execute(&self.pool)
+            .await
+            .map_err(store_error)?;
+        Ok(())
+    }
+
+    async fn staged_evictions(&self, limit: usize) -> StoreResult<Vec<StagedEviction>> {
+        sqlx::query_as(
+            "SELECT eviction_id, tenant_id, id FROM skill_evictions ORDER BY created_at, eviction_id LIMIT $1",
+        )
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(store_error)
+    }
+
+    async fn unstage_evictions(&self, eviction_ids: &[Uuid]) -> StoreResult<()> {
+        if eviction_ids.is_empty() {
+            return Ok(());
+        }
+        sqlx::query("DELETE FROM skill_evictions WHERE eviction_id = ANY($1)")
+            .bind(eviction_ids)
             .execute(&self.pool)
             .await
             .map_err(store_error)?;

@@ -306,6 +306,18 @@ impl WriteTx for PgTx {
         Ok(())
     }
 
+    async fn stage_eviction(&mut self, tenant: &str, id: Uuid, now: DateTime<Utc>) -> StoreResult<()> {
+        sqlx::query("INSERT INTO skill_evictions (eviction_id, tenant_id, id, created_at) VALUES ($1, $2, $3, $4)")
+            .bind(Uuid::now_v7())
+            .bind(tenant)
+            .bind(id)
+            .bind(now)
+            .execute(&mut *self.tx)
+            .await
+            .map_err(store_error)?;
+        Ok(())
+    }
+
     async fn mark_consolidated(
         &mut self,
         tenant: &str,
@@ -334,3 +346,4 @@ impl WriteTx for PgTx {
         Ok(())
     }
 }
+

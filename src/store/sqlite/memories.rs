@@ -18,8 +18,8 @@ use super::{SqliteStore, micros, observe, store_error};
 use crate::domain::{Memory, Tier};
 use crate::store::write::WriteTx;
 use crate::store::{
-    Adjacent, ListFilter, MemoryStore, PendingVector, SearchHits, SearchQuery, Staged, StoreError, StoreResult,
-    StoredResponse,
+    Adjacent, ListFilter, MemoryStore, PendingVector, SearchHits, SearchQuery, Staged, StagedEviction, StoreError,
+    StoreResult, StoredResponse,
 };
 
 /// `(expires_at is null or expires_at > ?)` for the row alias `m`.
@@ -200,6 +200,33 @@ impl MemoryStore for SqliteStore {
         for id in ids {
             sqlx::query("delete from working_outbox where tenant_id = ? and id = ?")
                 .bind(tenant)
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(store_error)?;
+        }
+        tx.commit().await.map_err(store_error)?;
+        Ok(())
+    }
+
+    async fn staged_evictions(&self, limit: usize) -> StoreResult<Vec<StagedEviction>> {
+        sqlx::query_as(
+            "select eviction_id, tenant_id, id from skill_evictions order by created_at, eviction_id limit ?",
+        )
+        .bind(limit as i64)
+        .fetch_all(&self.inner.pool)
+        .await
+        .map_err(store_error)
+    }
+
+    async fn unstage_evictions(&self, eviction_ids: &[Uuid]) -> StoreResult<()> {
+        if eviction_ids.is_empty() {
+            return Ok(());
+        }
+        let _gate = self.inner.write_gate.lock().await;
+        let mut tx = self.inner.pool.begin().await.map_err(store_error)?;
+        for id in eviction_ids {
+            sqlx::query("delete from skill_evictions where eviction_id = ?")
                 .bind(id)
                 .execute(&mut *tx)
                 .await

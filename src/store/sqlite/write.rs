@@ -308,6 +308,18 @@ impl WriteTx for SqliteTx {
         Ok(())
     }
 
+    async fn stage_eviction(&mut self, tenant: &str, id: Uuid, now: DateTime<Utc>) -> StoreResult<()> {
+        sqlx::query("insert into skill_evictions (eviction_id, tenant_id, id, created_at) values (?1, ?2, ?3, ?4)")
+            .bind(Uuid::now_v7())
+            .bind(tenant)
+            .bind(id)
+            .bind(micros(now))
+            .execute(&mut *self.tx)
+            .await
+            .map_err(store_error)?;
+        Ok(())
+    }
+
     async fn mark_consolidated(
         &mut self,
         tenant: &str,

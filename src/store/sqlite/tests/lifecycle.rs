@@ -52,7 +52,7 @@ async fn data_and_the_vector_index_come_back_after_a_restart() {
         at(1),
     )
     .await;
-    store.delete("t1", gone.id).await.unwrap();
+    store.delete("t1", gone.id, Utc::now()).await.unwrap();
     let mut old = new_memory(Tier::Semantic, "a", "Ivy works at Acme.");
     old.subject = Some("Ivy".into());
     old.predicate = Some("works_at".into());
@@ -105,7 +105,8 @@ fn the_postgres_migrator_does_not_pick_up_the_sqlite_migrations() {
             "erasure audit",
             "legal holds",
             "sharing",
-            "consolidation"
+            "consolidation",
+            "skill evictions"
         ]
     );
 }

@@ -221,12 +221,12 @@ async fn delete_removes_the_row_its_vector_and_its_text() {
         at(0),
     )
     .await;
-    assert_eq!(store.delete("t1", m.id).await.unwrap(), Tier::Semantic);
+    assert_eq!(store.delete("t1", m.id, Utc::now()).await.unwrap(), Tier::Semantic);
     assert!(matches!(store.get("t1", m.id, at(1)).await, Err(StoreError::NotFound)));
     let hits = store.search("t1", &query("a", "tea", emb("m1", &[1.0, 0.0])), at(1)).await.unwrap();
     assert!(hits.vector_leg && hits.text_leg);
     assert!(hits.hits.is_empty());
-    assert!(matches!(store.delete("t1", m.id).await, Err(StoreError::NotFound)));
+    assert!(matches!(store.delete("t1", m.id, Utc::now()).await, Err(StoreError::NotFound)));
     assert_eq!(store.inner.vectors.read().unwrap().len(), 0);
 }
 

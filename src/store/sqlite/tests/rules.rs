@@ -230,7 +230,7 @@ async fn tenants_never_see_or_touch_each_others_memories() {
     assert!(matches!(store.history("t2", m.id, now).await, Err(StoreError::NotFound)));
     let patch = MemoryPatch { importance: Some(0.1), ..MemoryPatch::default() };
     assert!(matches!(store.update("t2", m.id, &patch, None, now).await, Err(StoreError::NotFound)));
-    assert!(matches!(store.delete("t2", m.id).await, Err(StoreError::NotFound)));
+    assert!(matches!(store.delete("t2", m.id, Utc::now()).await, Err(StoreError::NotFound)));
     store.record_access("t2", &[(Tier::Semantic, m.id)], now, now).await.unwrap();
     assert_eq!(store.get("t1", m.id, now).await.unwrap(), m);
 }

@@ -392,7 +392,7 @@ async fn the_full_text_index_follows_every_write_and_is_rebuilt_the_same_at_open
     store.update("t1", ids[8], &patch, None, at(2)).await.unwrap();
     // Deleted rows are gone from the counts too.
     for id in &ids[20..] {
-        store.delete("t1", *id).await.unwrap();
+        store.delete("t1", *id, Utc::now()).await.unwrap();
     }
     let mut kiwi = query("a", "kiwi plum", None);
     kiwi.per_leg = 50;
