@@ -57,6 +57,14 @@ pub trait ErasureTx: Send {
     /// The persistent rows of these ids that exist.
     async fn rows_by_id(&mut self, tenant: &str, ids: &[Uuid]) -> StoreResult<Vec<ErasureRow>>;
 
+    /// Locks these episodes' rows until the transaction ends, in id order:
+    /// a consolidation that has marked them waits here for nothing, it is
+    /// the other way round: this waits until that consolidation (which
+    /// locks the rows it marks, in the same order) has committed its
+    /// summary, so the summary is found. A backend that runs one write
+    /// transaction at a time has nothing to lock.
+    async fn lock_episodes(&mut self, tenant: &str, ids: &[Uuid]) -> StoreResult<()>;
+
     /// Facts derived from these memories or superseded by them.
     async fn linked_facts(&mut self, tenant: &str, ids: &[Uuid]) -> StoreResult<Vec<Linked>>;
 
@@ -246,7 +254,21 @@ pub async fn accept(mut tx: Box<dyn ErasureTx>, mut record: ErasureRecord, store
             tx.lock_users(tenant, std::slice::from_ref(user_id)).await?;
             tx.user_rows(tenant, user_id, agent_id.as_deref(), record.requested_at).await?
         }
-        Subject::Memories { memory_ids } => tx.rows_by_id(tenant, memory_ids).await?,
+        Subject::Memories { memory_ids } => {
+            // A consolidation marks its episodes and writes their summary in
+            // one transaction, holding its users' locks and the episodes'
+            // rows. Taking the same locks, in the same order, before reading
+            // the rows whose links are followed means that a summary being
+            // written now is committed, and found, before they are read;
+            // read first, it would be missed and outlive its erased source.
+            let mut users: Vec<String> =
+                tx.rows_by_id(tenant, memory_ids).await?.into_iter().filter_map(|r| r.user_id).collect();
+            users.sort_unstable();
+            users.dedup();
+            tx.lock_users(tenant, &users).await?;
+            tx.lock_episodes(tenant, memory_ids).await?;
+            tx.rows_by_id(tenant, memory_ids).await?
+        }
     };
     let mut seen: HashSet<Uuid> = rows.iter().map(|r| r.id).collect();
     let mut frontier: Vec<Uuid> = seen.iter().copied().collect();

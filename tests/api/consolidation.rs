@@ -410,3 +410,110 @@ async fn two_servers_on_one_database_consolidate_twenty_agents_each_episode_once
     assert_eq!(waiting, 0);
     pg.close().await;
 }
+
+/// Backends waiting on a heavyweight lock (an advisory lock or a row's
+/// transaction) in this database.
+async fn waiting_on_locks(pg: &sqlx::PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+    )
+    .fetch_one(pg)
+    .await
+    .unwrap()
+}
+
+async fn until_waiting(pg: &sqlx::PgPool, n: i64, what: &str) {
+    for _ in 0..300 {
+        if waiting_on_locks(pg).await >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{what} never waited on a lock");
+}
+
+#[tokio::test]
+async fn an_erasure_by_ids_while_a_consolidation_commits_takes_the_summary_of_the_erased_episode() {
+    if crate::helpers::embedded() {
+        eprintln!("skipped on the embedded backend: one write transaction at a time, so the two cannot interleave");
+        return;
+    }
+    // With and without a user: the user's lock orders the two in the first
+    // case, the episodes' row locks in the second.
+    for user in [Some("ann"), None] {
+        let db = crate::helpers::fresh_database().await;
+        let tenant = format!("t-{}", Uuid::new_v4().simple());
+        let app = crate::helpers::spawn_app_with(|c| {
+            c.database.url = db.clone();
+            c.auth.default_tenant = tenant.clone();
+        })
+        .await;
+        let pg = sqlx::PgPool::connect(&db).await.unwrap();
+        app.write_one(json!({"agent_id": "a", "tier": "procedural", "skill_name": "deploy",
+                              "content": "Deploy with the blue script"}))
+            .await;
+        let episode = |content: &str| {
+            json!({"agent_id": "a", "user_id": user, "session_id": "s", "tier": "episodic", "content": content,
+                   "outcome": "success", "metadata": {"skill": "deploy"}})
+        };
+        let written = app
+            .write(json!({"memories": [
+                episode("The door code for the lab is 7316, said the caller."),
+                episode("The deploy went out at noon without trouble."),
+            ]}))
+            .await;
+        let erased = written[0]["id"].as_str().unwrap().to_string();
+        app.clock.advance(Age::hours(2));
+
+        // The test holds the skill's lock, which the consolidation takes
+        // after it has marked the episodes and before it writes the summary:
+        // the consolidation stops right there, uncommitted.
+        let mut hold = pg.begin().await.unwrap();
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+            .bind(format!("skill\u{1f}{tenant}\u{1f}a\u{1f}deploy"))
+            .execute(&mut *hold)
+            .await
+            .unwrap();
+        let r = app.post("/v1/consolidation", &json!({"agent_id": "a"})).await;
+        assert_eq!(r.status(), StatusCode::ACCEPTED);
+        let job = r.headers()["location"].to_str().unwrap().to_string();
+        until_waiting(&pg, 1, "the consolidation").await;
+
+        // The erasure of one episode starts while the summary is unwritten.
+        let erasure = tokio::spawn({
+            let (client, base, erased) = (app.client.clone(), app.base.clone(), erased.clone());
+            async move {
+                let r = client.post(format!("{base}/v1/erasure")).json(&json!({"memory_ids": [erased]})).send().await;
+                let r = r.unwrap();
+                (r.status(), r.json::<Value>().await.unwrap())
+            }
+        });
+        until_waiting(&pg, 2, "the erasure").await;
+        hold.rollback().await.unwrap();
+
+        let (status, receipt) = erasure.await.unwrap();
+        assert_eq!(status, StatusCode::ACCEPTED, "{receipt}");
+        wait_for(&app, receipt["id"].as_str().unwrap(), "completed").await;
+        let mut done = Value::Null;
+        for _ in 0..300 {
+            done = app.get_json(&job).await.1;
+            if done["state"] == "completed" || done["state"] == "failed" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(done["state"], "completed", "{done}");
+        assert_eq!(done["report"]["summaries"], 1, "the consolidation wrote its summary: {done}");
+
+        // The summary quoted the erased episode, so it went with it.
+        let left = all_of(&app, "a", "episodic").await;
+        let quoting: Vec<&Value> = left.iter().filter(|m| m["content"].as_str().unwrap().contains("7316")).collect();
+        assert!(quoting.is_empty(), "user {user:?}: the erased episode lives on in {quoting:?}");
+        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM episodic_memory WHERE content LIKE '%7316%'")
+            .fetch_one(&pg)
+            .await
+            .unwrap();
+        assert_eq!(rows, 0, "user {user:?}: rows quoting the erased episode are still stored");
+        pg.close().await;
+    }
+}

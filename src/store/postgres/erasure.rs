@@ -78,6 +78,10 @@ impl ErasureTx for PgTx {
         rows_of(rows)
     }
 
+    async fn lock_episodes(&mut self, tenant: &str, ids: &[Uuid]) -> StoreResult<()> {
+        super::write::lock_episodes(&mut self.tx, tenant, ids).await
+    }
+
     async fn linked_facts(&mut self, tenant: &str, ids: &[Uuid]) -> StoreResult<Vec<Linked>> {
         let rows: Vec<(Uuid, Option<String>, Uuid)> = sqlx::query_as(
             "SELECT id, user_id, source_episode_id FROM semantic_memory \

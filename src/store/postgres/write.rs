@@ -326,6 +326,10 @@ impl WriteTx for PgTx {
         at: DateTime<Utc>,
     ) -> StoreResult<u64> {
         super::holds::lock_users(&mut self.tx, tenant, users).await?;
+        // The rows in id order before the update, which would lock them in
+        // the order it finds them: an erasure by ids locks the same rows in
+        // id order (`ErasureTx::lock_episodes`), so the two cannot deadlock.
+        lock_episodes(&mut self.tx, tenant, ids).await?;
         let done = sqlx::query(
             "UPDATE episodic_memory SET consolidated_at = $3 WHERE tenant_id = $1 AND id = ANY($2) \
              AND consolidated_at IS NULL AND (expires_at IS NULL OR expires_at > $3)",
@@ -347,3 +351,13 @@ impl WriteTx for PgTx {
     }
 }
 
+/// Locks episodes' rows until the transaction ends, in id order.
+pub(super) async fn lock_episodes(conn: &mut sqlx::PgConnection, tenant: &str, ids: &[Uuid]) -> StoreResult<()> {
+    sqlx::query("SELECT id FROM episodic_memory WHERE tenant_id = $1 AND id = ANY($2) ORDER BY id FOR UPDATE")
+        .bind(tenant)
+        .bind(ids)
+        .fetch_all(conn)
+        .await
+        .map_err(store_error)?;
+    Ok(())
+}

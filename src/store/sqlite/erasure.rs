@@ -79,6 +79,12 @@ impl ErasureTx for SqliteTx {
         Ok(out)
     }
 
+    /// Nothing to lock: the transaction holds the write gate, so no
+    /// consolidation commits while it runs.
+    async fn lock_episodes(&mut self, _tenant: &str, _ids: &[Uuid]) -> StoreResult<()> {
+        Ok(())
+    }
+
     async fn linked_facts(&mut self, tenant: &str, ids: &[Uuid]) -> StoreResult<Vec<Linked>> {
         let mut out = Vec::new();
         for chunk in ids.chunks(CHUNK) {
