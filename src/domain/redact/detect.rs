@@ -13,10 +13,11 @@
 //! - phone: numbers without `+`/`00`, a trunk `0` or the North American
 //!   shape unless a context word ("call", "phone", "tel", ...) comes just
 //!   before them, so bare local numbers (`8747-4955`, Italian mobiles
-//!   `3686462705`) pass without one; international dialling prefixes other
-//!   than `00` (`0011`);
-//! - card: numbers not starting with 2 to 6 (Maestro's `0604` range),
-//!   12-digit ones outside Maestro's prefixes, and unusual groupings;
+//!   `3686462705`) pass without one, and so do 9-digit numbers run together
+//!   after a trunk `0`; international dialling prefixes other than `00`
+//!   (`0011`) unless a context word comes before them;
+//! - card: without a card word just before it, a number not starting with 2
+//!   to 6 or a 12-digit one outside Maestro's prefixes; unusual groupings;
 //! - IBAN: lower-case IBANs, and ones split by dashes or irregular spaces;
 //! - national id: only US social security numbers; the undashed form only
 //!   after a context word, which can come from a neighbouring field;
@@ -72,13 +73,40 @@ static DETECTORS: LazyLock<Vec<Detector>> = LazyLock::new(|| {
             r"(?:\b1[ .-]?)?(?:\([2-9]\d{2}\)[ ]?|\b[2-9]\d{2}[ .-])\d{3}[ .-]\d{4}(?:[ ]?(?:x|ext\.?)[ ]?\d{1,6})?\b",
             check_phone_national,
         ),
+        // The same with the country code 1 written before it, which makes
+        // the shape a phone number whatever the area code's first digit
+        // (made-up numbers break the numbering plan: 1-190-558-6534).
+        (
+            Kind::Phone,
+            r"\b1[ .-]?(?:\(\d{3}\)[ ]?|\d{3}[ .-])\d{3}[ .-]\d{4}(?:[ ]?(?:x|ext\.?)[ ]?\d{1,6})?\b",
+            check_phone_national,
+        ),
         // Phone, national with a trunk 0 (UK, DE, FR, IT, ...): 020 7946
         // 0958, 0171 1234567, (030) 1234567, 06 12 34 56 78, 030/1234567.
         (Kind::Phone, r"(?:\(0\d{1,4}\)[ -]?|\b0\d{1,4}[ ./-])\d{2,8}(?:[ ./-]\d{2,8}){0,3}\b", check_phone_trunk),
         // Phone, digits without the usual separators: only with a context
         // word before it ("call", "phone", "tel", ...); without one a bare
         // 10-digit number is as likely an order number or a timestamp.
-        (Kind::Phone, r"\b\d{9,12}\b|\b\d{3}[ .-]\d{3}[ .-]\d{3,4}\b|\b\d{3} \d{2} \d{2} \d{2}\b", check_phone_context),
+        // Eight digits (`8747-4955`, `3783.2567`) are local numbers in many
+        // countries and need the same context word.
+        (
+            Kind::Phone,
+            r"\b\d{8,12}\b|\b\d{4}[ .-]\d{4}\b|\b\d{3}[ .-]\d{3}[ .-]\d{3,4}(?:[ ]?(?:x|ext\.?)[ ]?\d{1,6})?\b|\b\d{3} \d{2} \d{2} \d{2}\b",
+            check_phone_context,
+        ),
+        // Phone, any national grouping after a context word: groups of
+        // digits split by single spaces, dashes or dots, the first one
+        // possibly bracketed (`2 345 678`, `(11) 2345-6789`, `70 12 34 56`,
+        // `8 029 491-19-11`); the check wants 7 to 15 digits and no date.
+        (
+            Kind::Phone,
+            r"(?:\(\d{1,5}(?: \d{1,3})?\)[ ]?|\b\d{1,5}[ .-])\d{1,9}(?:[ .-]\d{1,9}){0,4}\b",
+            check_phone_grouped,
+        ),
+        // Phone, national, run together after a trunk 0 (`01418163671`,
+        // `0122371731`): ten or eleven digits need no context word, unless
+        // a word before says the number is something else.
+        (Kind::Phone, r"\b0[1-9]\d{8,9}\b", check_phone_trunk_bare),
         // Payment card: 13 to 19 digits (12 for Maestro), optionally grouped
         // by spaces or dashes. The check wants usual groupings, an issuer's
         // prefix and a valid Luhn checksum.
@@ -303,6 +331,19 @@ const PHONE_WORDS: &[&str] = &[
     "dial",
     "contact",
     "reach",
+    "voicemail",
+    "landline",
+    "hotline",
+    "helpline",
+    "phoned",
+    "calling",
+    "texted",
+    "mob",
+    "telefoon",
+    "mobiel",
+    "telefone",
+    "telemóvel",
+    "tlf",
     "telefon",
     "telefonnummer",
     "handy",
@@ -320,11 +361,17 @@ const PHONE_WORDS: &[&str] = &[
 /// to one of them followed by a digit is part of something longer.
 const NUMBER_SEPARATORS: &[char] = &['.', '-', '/', ',', ':'];
 
-/// Signs that say a number is an amount, an identifier or a reference, or
-/// a group of digits just before it that makes it the tail of a longer
+/// Signs that say a number is an amount, an identifier or a reference (a
+/// dash glued to a word or number before it), or a group of digits just
+/// before it that makes it the tail of a longer
 /// number (an account number, an IBAN with a bad checksum).
 fn preceded_by_sign(text: &str, start: usize) -> bool {
     if before(text, start).is_some_and(|c| matches!(c, '#' | '$' | '€' | '£' | '¥' | '+' | '@' | '/' | '\\')) {
+        return true;
+    }
+    // The tail of an identifier: `GP-00367-251`.
+    let mut back = text[..start].chars().rev();
+    if back.next() == Some('-') && back.next().is_some_and(char::is_alphanumeric) {
         return true;
     }
     let head = text[..start].strip_suffix(' ').unwrap_or("");
@@ -345,10 +392,11 @@ fn check_phone_international(text: &str, caps: &Captures<'_>) -> Option<(usize, 
     if !(8..=15).contains(&count) {
         return None;
     }
-    // Groups after a dot must be two digits or more, or `+20.5 15.3 12.1`
-    // would pass for a number.
-    let dotted_single = body.split('.').skip(1).any(|group| group.bytes().take_while(u8::is_ascii_digit).count() < 2);
-    if dotted_single {
+    // At most one group after a dot may be a single digit (an area code,
+    // `+61.8.4625.2954`), or `+20.5 15.3 12.1` would pass for a number.
+    let dotted_singles =
+        body.split('.').skip(1).filter(|group| group.bytes().take_while(u8::is_ascii_digit).count() < 2).count();
+    if dotted_singles > 1 {
         return None;
     }
     Some((start, end))
@@ -375,7 +423,13 @@ fn check_phone_trunk(text: &str, caps: &Captures<'_>) -> Option<(usize, usize)> 
     if glued(text, start, end, NUMBER_SEPARATORS) || preceded_by_sign(text, start) {
         return None;
     }
-    if number.starts_with("00") || number.starts_with("(00") || !(9..=12).contains(&digits(number)) {
+    if !(9..=12).contains(&digits(number)) {
+        return None;
+    }
+    // `00` starts an international number (the other pattern's), or a
+    // national one behind a dialling prefix (`(0011) 998469`): only with a
+    // context word.
+    if (number.starts_with("00") || number.starts_with("(00")) && !context_before(text, start, PHONE_WORDS) {
         return None;
     }
     // One kind of separator, besides the space after a bracketed area code:
@@ -397,15 +451,108 @@ fn check_phone_trunk(text: &str, caps: &Captures<'_>) -> Option<(usize, usize)> 
     Some((start, end))
 }
 
+/// Words that make a number run together something other than a phone
+/// number: a product, an order, an account or another reference.
+const NOT_PHONE_WORDS: &[&str] = &[
+    "isbn",
+    "ean",
+    "gtin",
+    "upc",
+    "imei",
+    "sku",
+    "order",
+    "invoice",
+    "ref",
+    "reference",
+    "account",
+    "acct",
+    "iban",
+    "id",
+    "serial",
+    "tracking",
+    "ticket",
+    "case",
+    "customer",
+    "policy",
+    "member",
+    "code",
+    "pin",
+    "otp",
+    "price",
+    "costs",
+    "cost",
+    "total",
+    "amount",
+    "balance",
+    "version",
+    "build",
+];
+
+/// Whether, of the words in `yes` and `no`, the one nearest before `at`
+/// (within `context_before`'s window) is in `yes`: "call about order
+/// 1234 5678" names an order, "order questions: call 2345 6789" a phone.
+fn nearest_says(text: &str, at: usize, yes: &[&str], no: &[&str]) -> bool {
+    const WINDOW: usize = 40;
+    let mut from = at.saturating_sub(WINDOW);
+    while !text.is_char_boundary(from) {
+        from -= 1;
+    }
+    let is =
+        |word: &str, words: &[&str]| words.iter().any(|w| word.eq_ignore_ascii_case(w) || word.to_lowercase() == *w);
+    for word in text[from..at].split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).rev() {
+        if is(word, yes) {
+            return true;
+        }
+        if is(word, no) {
+            return false;
+        }
+    }
+    false
+}
+
+fn check_phone_trunk_bare(text: &str, caps: &Captures<'_>) -> Option<(usize, usize)> {
+    let (start, end) = whole(caps);
+    if glued(text, start, end, NUMBER_SEPARATORS) || preceded_by_sign(text, start) {
+        return None;
+    }
+    if context_before(text, start, NOT_PHONE_WORDS) && !nearest_says(text, start, PHONE_WORDS, NOT_PHONE_WORDS) {
+        return None;
+    }
+    Some((start, end))
+}
+
+fn check_phone_grouped(text: &str, caps: &Captures<'_>) -> Option<(usize, usize)> {
+    let (start, end) = whole(caps);
+    let number = &text[start..end];
+    if !(7..=15).contains(&digits(number)) {
+        return None;
+    }
+    // A bracketed three-digit area code is the North American shape, which
+    // has ten digits: `(555) 123-45` is cut short, not another country's.
+    let north_american = number.len() > 4 && number.as_bytes()[4] == b')' && digits(&number[..5]) == 3;
+    if north_american && digits(number) != 10 {
+        return None;
+    }
+    // A date with its year first or last (2024-01-15, 15.01.2024,
+    // 01/15/2024 14), which a phone word nearby does not make a number.
+    let groups: Vec<&str> = number.split([' ', '.', '-', '/']).collect();
+    let year = |g: &str| g.len() == 4 && (g.starts_with("19") || g.starts_with("20"));
+    let short = |g: &str| (1..=2).contains(&g.len());
+    if groups.len() >= 3
+        && (year(groups[0]) && short(groups[1]) && short(groups[2])
+            || short(groups[0]) && short(groups[1]) && year(groups[2]))
+    {
+        return None;
+    }
+    check_phone_context(text, caps)
+}
+
 fn check_phone_context(text: &str, caps: &Captures<'_>) -> Option<(usize, usize)> {
     let (start, end) = whole(caps);
     if glued(text, start, end, NUMBER_SEPARATORS) || preceded_by_sign(text, start) {
         return None;
     }
-    if !context_before(text, start, PHONE_WORDS) {
-        return None;
-    }
-    Some((start, end))
+    nearest_says(text, start, PHONE_WORDS, NOT_PHONE_WORDS).then_some((start, end))
 }
 
 // ---------------------------------------------------------------- cards
@@ -413,12 +560,44 @@ fn check_phone_context(text: &str, caps: &Captures<'_>) -> Option<(usize, usize)
 /// Words that say a Luhn-valid number is a product or device code.
 const NOT_CARD_WORDS: &[&str] = &["ean", "isbn", "gtin", "upc", "imei", "sku", "barcode"];
 
+/// Words that say a number is a payment card's, whatever its issuer prefix.
+/// "Pay", "paid" and "payment" are left out: an order or invoice number
+/// follows them as often as a card.
+const CARD_WORDS: &[&str] = &[
+    "card",
+    "cards",
+    "cc",
+    "credit",
+    "debit",
+    "visa",
+    "mastercard",
+    "maestro",
+    "amex",
+    "jcb",
+    "diners",
+    "unionpay",
+    "pan",
+    "charge",
+    "charged",
+    "refund",
+    "refunded",
+    "karte",
+    "kreditkarte",
+    "carte",
+    "tarjeta",
+    "carta",
+    "cartão",
+    "kaart",
+    "karta",
+];
+
 fn check_card(text: &str, caps: &Captures<'_>) -> Option<(usize, usize)> {
     let (start, end) = whole(caps);
     let candidate = &text[start..end];
     if candidate.contains(' ') && candidate.contains('-') || context_before(text, start, NOT_CARD_WORDS) {
         return None;
     }
+    let named = context_before(text, start, CARD_WORDS);
     // Groups and where each begins, so a card can be found inside a longer
     // run of grouped digits (an order number before it, a year after it).
     let mut groups: Vec<(usize, usize)> = Vec::new();
@@ -434,7 +613,9 @@ fn check_card(text: &str, caps: &Captures<'_>) -> Option<(usize, usize)> {
         for first in 0..=groups.len() - len {
             let span = (groups[first].0, groups[first + len - 1].1);
             let lens: Vec<usize> = groups[first..first + len].iter().map(|(s, e)| e - s).collect();
-            if card_shape(&lens) && card_number(&text[span.0..span.1]) && !glued(text, span.0, span.1, &['.', '-', ','])
+            if card_shape(&lens)
+                && card_number(&text[span.0..span.1], named)
+                && !glued(text, span.0, span.1, &['.', '-', ','])
             {
                 return Some(span);
             }
@@ -457,18 +638,22 @@ fn card_shape(lens: &[usize]) -> bool {
 /// Maestro's issuer prefixes, the only cards that can have 12 digits.
 const MAESTRO_PREFIXES: &[&str] = &["5018", "5020", "5038", "5893", "6304", "6759", "6761", "6762", "6763"];
 
-fn card_number(number: &str) -> bool {
+/// Whether a number can be a card's: its length, its issuer prefix and its
+/// Luhn checksum. `named`: a card word comes just before it, which vouches
+/// for any prefix and for 12 digits (Maestro issues 12 to 19, and its
+/// ranges have moved over the years).
+fn card_number(number: &str, named: bool) -> bool {
     let count = digits(number);
     let plain: String = number.chars().filter(char::is_ascii_digit).collect();
     let maestro = MAESTRO_PREFIXES.iter().any(|prefix| plain.starts_with(prefix));
-    if !((13..=19).contains(&count) || count == 12 && maestro) {
+    if !((13..=19).contains(&count) || count == 12 && (maestro || named)) {
         return false;
     }
     // Issuers' numbers begin with 2 to 6 (Mastercard's 2-series, Amex,
     // Visa, Mastercard, Maestro, Discover and UnionPay). Leading 1s are
     // where millisecond timestamps and many database ids live.
     let first = plain.as_bytes()[0];
-    (b'2'..=b'6').contains(&first) && luhn::valid(number)
+    (named || (b'2'..=b'6').contains(&first)) && luhn::valid(number)
 }
 
 // ---------------------------------------------------------------- IBAN
@@ -509,7 +694,9 @@ fn check_ssn_dashed(text: &str, caps: &Captures<'_>) -> Option<(usize, usize)> {
 
 fn check_ssn_context(text: &str, caps: &Captures<'_>) -> Option<(usize, usize)> {
     let (start, end) = whole(caps);
-    if !ssn_valid(caps) || glued(text, start, end, &['-', '.', '/', ' ']) {
+    // `)` too: `+31(0)189 486354` is a phone number, whatever field
+    // name came before it.
+    if !ssn_valid(caps) || glued(text, start, end, &['-', '.', '/', ' ', ')']) {
         return None;
     }
     if !context_before(text, start, SSN_WORDS) {

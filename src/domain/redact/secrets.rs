@@ -6,11 +6,11 @@
 //! and tokens far more often than they contain them.
 //!
 //! Known misses: hex-only secrets without a key before them, random
-//! strings that start with `-` or `/`, tokens shorter than the length
-//! threshold, passwords in prose made of letters only ("the password is
-//! swordfish"), passwords that end in an unmatched `)` or contain a space
-//! or comma outside quotes, and credentials named by a key not in
-//! `CREDENTIAL_KEY`.
+//! strings that start with two of `-` and `/`, tokens shorter than the
+//! length threshold, passwords in prose made of letters only ("the password
+//! is swordfish"), passwords that end in `)` inside a bracket the text
+//! opened before them, or contain a space or comma outside quotes, and
+//! credentials named by a key not in `CREDENTIAL_KEY`.
 
 use std::sync::LazyLock;
 
@@ -79,7 +79,14 @@ pub(super) fn check_entropy(text: &str, caps: &Captures<'_>) -> Option<(usize, u
 
 fn random_looking(token: &str) -> bool {
     let core = token.trim_end_matches('=');
-    if core.len() < 20 || core.starts_with(['/', '-']) || core.ends_with('-') {
+    // Base64 has `/` and base64url `-` in its alphabet, so a random token may
+    // begin with one; two in a row begin an option (`--flag`) or a path.
+    let core = match core.strip_prefix(['/', '-']) {
+        Some(rest) if rest.starts_with(['/', '-']) => return false,
+        Some(rest) => rest,
+        None => core,
+    };
+    if core.len() < 20 || core.ends_with('-') {
         return false;
     }
     if core.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
@@ -330,13 +337,16 @@ pub(super) fn check_password(text: &str, caps: &Captures<'_>) -> Option<(usize, 
         if text[token_start..whole_match.start()].ends_with(['?', '&']) {
             end = start + text[start..end].find('&').unwrap_or(end - start);
         }
-        // A closing bracket or a sentence's full stop that the value does
-        // not open is not part of it: "(pwd: abc123)", "is hunter2.".
+        // A closing bracket that the value does not open, but the text
+        // before it does, is not part of it, nor is a sentence's full stop:
+        // "(pwd: abc123)", "is hunter2.". With no bracket open before it,
+        // the bracket is the password's own last character: "pwd: a$cy7Sz)".
         loop {
             let value = &text[start..end];
-            let unbalanced = [(')', '('), (']', '['), ('}', '{')]
-                .iter()
-                .any(|&(close, open)| value.ends_with(close) && !value.contains(open));
+            let unbalanced = [(')', '('), (']', '['), ('}', '{')].iter().any(|&(close, open)| {
+                let opened = text[..start].matches(open).count() > text[..start].matches(close).count();
+                value.ends_with(close) && !value.contains(open) && opened
+            });
             if end > start + 1 && (unbalanced || value.ends_with('.')) {
                 end -= 1;
             } else {

@@ -412,9 +412,14 @@ fn extensions_may_follow_a_phone_number_without_a_space() {
 fn maestro_cards_may_have_twelve_digits_and_product_codes_are_not_cards() {
     assert!(luhn::valid("676375936249"));
     assert_eq!(found("card 676375936249"), pairs(&[("card", "676375936249")]));
-    // Twelve Luhn-valid digits without a Maestro prefix are not a card.
+    // Twelve Luhn-valid digits without a Maestro prefix are a card only
+    // after a card word, which vouches for any prefix.
     assert!(luhn::valid("412345678905"));
-    assert_eq!(found("card 412345678905"), pairs(&[]));
+    assert_eq!(found("Shipment 412345678905 left today"), pairs(&[]));
+    assert_eq!(found("card 412345678905"), pairs(&[("card", "412345678905")]));
+    assert!(luhn::valid("060467098152"));
+    assert_eq!(found("Refund to 060467098152 please"), pairs(&[("card", "060467098152")]));
+    assert_eq!(found("Batch 060467098152 is ready"), pairs(&[]));
     assert!(luhn::valid("3338040525397"));
     assert_eq!(found("EAN 3338040525397"), pairs(&[]));
 }
@@ -450,4 +455,48 @@ fn generated_passwords_keep_their_symbols() {
 #[test]
 fn a_browser_revision_is_not_an_ip_address() {
     assert_eq!(found("Mozilla/5.0 (X11; Linux x86_64; rv:1.9.7.20) Gecko/20100101"), pairs(&[]));
+}
+
+#[test]
+fn local_numbers_need_a_phone_word_and_trunk_numbers_run_together_do_not() {
+    assert_eq!(found("Emergency contact 8747-4955 (Judy)"), pairs(&[("phone", "8747-4955")]));
+    assert_eq!(found("Tel. 3783.2567"), pairs(&[("phone", "3783.2567")]));
+    assert_eq!(found("worked there from 1990-2015"), pairs(&[]));
+    assert_eq!(found("Sofia Rossi: 0122371731"), pairs(&[("phone", "0122371731")]));
+    assert_eq!(found("Order 0122371731 shipped"), pairs(&[]));
+    assert_eq!(found("Left a voicemail at (0011) 998469."), pairs(&[("phone", "(0011) 998469")]));
+    assert_eq!(found("Emergency contact +61.8.4625.2954"), pairs(&[("phone", "+61.8.4625.2954")]));
+    assert_eq!(found("drift +20.5 15.3 12.1"), pairs(&[]));
+    assert_eq!(found("Call me at 1-190-558-6534"), pairs(&[("phone", "1-190-558-6534")]));
+    assert_eq!(found("reach her on 176-282-2653 x641 today"), pairs(&[("phone", "176-282-2653 x641")]));
+    assert_eq!(found("Order GP-00367-251 is delayed"), pairs(&[]));
+    // A bracketed trunk zero is the phone's, not the start of an SSN that a
+    // field name nearby would vouch for.
+    assert_eq!(
+        found("{\"ssn\": \"483-63-1356\"} | Tel. +31(0)189 486354"),
+        pairs(&[("national_id", "483-63-1356"), ("phone", "+31(0)189 486354")])
+    );
+}
+
+#[test]
+fn a_closing_bracket_ends_a_password_only_when_one_was_opened_before_it() {
+    assert_eq!(found("(pwd: abc123x)"), pairs(&[("password", "abc123x")]));
+    assert_eq!(found("pwd: a$cy7Sz)"), pairs(&[("password", "a$cy7Sz)")]));
+}
+
+#[test]
+fn a_phone_word_before_digits_that_another_word_names_does_not_make_them_a_phone() {
+    for text in [
+        "Call me about order 2345 6789 tomorrow.",
+        "Text me the code 123 4567 when it arrives.",
+        "The new phone costs 1 299 000 won.",
+        "Call on 2024-05-01 at 10:30.",
+        "Phone support: ticket 4455 6677 is still open.",
+        "The phone runs version 14 2 1 0 33.",
+        "call at 15.01.2024 09 30",
+    ] {
+        assert_eq!(found(text), pairs(&[]), "{text}");
+    }
+    assert_eq!(found("Order questions: call 2345 6789."), pairs(&[("phone", "2345 6789")]));
+    assert_eq!(found("Phone no. 2 345 678"), pairs(&[("phone", "2 345 678")]));
 }
