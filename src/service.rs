@@ -95,6 +95,14 @@ pub fn write_body(items: &[WrittenMemory]) -> Value {
     crate::http::response::write_body(items)
 }
 
+/// A memory another agent shared, for `MemoryService::write_copies`.
+pub struct Copy {
+    pub draft: Draft,
+    pub provenance: crate::domain::share::Provenance,
+    /// When the source expires: the copy expires then at the latest.
+    pub source_expires_at: Option<DateTime<Utc>>,
+}
+
 impl MemoryService {
     /// Embeds texts a tenant writes (the write lane of the embedder's queue).
     async fn embed_one_each(&self, tenant: &str, texts: Vec<String>) -> ServiceResult<Vec<Option<Embedding>>> {
@@ -228,11 +236,12 @@ impl MemoryService {
     pub async fn write_copies(
         &self,
         tenant: &str,
-        copies: Vec<(Draft, crate::domain::share::Provenance)>,
+        copies: Vec<Copy>,
         pointer: &(dyn Fn(usize) -> String + Sync),
     ) -> ServiceResult<Vec<WrittenMemory>> {
         let now = self.clock.now();
-        let (drafts, provenances): (Vec<Draft>, Vec<_>) = copies.into_iter().unzip();
+        let (drafts, provenances): (Vec<Draft>, Vec<_>) =
+            copies.into_iter().map(|c| (c.draft, (c.provenance, c.source_expires_at))).unzip();
         let memories = self.finish(drafts, pointer).await?;
         let texts = memories.iter().map(|m| m.content.clone()).collect();
         let embeddings = self.embed_one_each(tenant, texts).await?;
@@ -240,10 +249,14 @@ impl MemoryService {
             .iter()
             .zip(embeddings)
             .zip(provenances)
-            .map(|((m, embedding), provenance)| PreparedMemory {
-                source: crate::domain::facts::Source::Shared,
-                provenance: Some(provenance),
-                ..self.prepare(m, embedding)
+            .map(|((m, embedding), (provenance, source_expires_at))| {
+                let prepared = self.prepare(m, embedding);
+                PreparedMemory {
+                    source: crate::domain::facts::Source::Shared,
+                    provenance: Some(provenance),
+                    lifetime: crate::domain::share::copy_lifetime(prepared.lifetime, source_expires_at, now),
+                    ..prepared
+                }
             })
             .collect();
         let render = |written: &[WrittenMemory]| write_body(written);

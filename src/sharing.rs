@@ -359,7 +359,7 @@ impl SharingService {
                 };
                 let mut copy = draft.clone();
                 copy.agent_id = to.clone();
-                copies.push((copy, provenance));
+                copies.push(crate::service::Copy { draft: copy, provenance, source_expires_at: m.expires_at });
                 sources.push((m.id, to.clone(), *grant_id, redactions.clone()));
             }
         }

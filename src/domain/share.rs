@@ -39,6 +39,22 @@ pub struct Provenance {
     pub redactions: BTreeMap<String, u64>,
 }
 
+/// How long a copy lives from `now`: its own retention's `lifetime`, but
+/// never past its source's expiry. A copy is a snapshot of the content, not
+/// a way to keep data longer than the sender's retention allows; `None` is
+/// forever.
+pub fn copy_lifetime(
+    lifetime: Option<chrono::Duration>,
+    source_expires_at: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> Option<chrono::Duration> {
+    match (lifetime, source_expires_at) {
+        (Some(own), Some(end)) => Some(own.min(end - now)),
+        (None, Some(end)) => Some(end - now),
+        (own, None) => own,
+    }
+}
+
 /// Whom a grant lets an agent share with.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -289,5 +305,16 @@ mod tests {
         // The copy starts its own life: no session, not private, the same user.
         assert_eq!((draft.session_id, draft.private, draft.user_id.as_deref()), (None, false, Some("u")));
         assert_eq!((draft.importance, draft.confidence), (Some(0.4), Some(0.8)));
+    }
+
+    #[test]
+    fn a_copy_never_outlives_its_source() {
+        let now = at(10);
+        let day = chrono::Duration::days(1);
+        assert_eq!(super::copy_lifetime(Some(day * 30), Some(at(12)), now), Some(at(12) - now));
+        assert_eq!(super::copy_lifetime(Some(day), Some(now + day * 30), now), Some(day));
+        assert_eq!(super::copy_lifetime(None, Some(at(12)), now), Some(at(12) - now));
+        assert_eq!(super::copy_lifetime(Some(day), None, now), Some(day));
+        assert_eq!(super::copy_lifetime(None, None, now), None);
     }
 }

@@ -372,8 +372,9 @@ pub struct ShareResponse {
 /// such as `[email]`; `[sharing.redaction]`), and written into every target
 /// through the ordinary write path, in one transaction: dedup and the
 /// contradiction rule apply, with the trust of a shared memory, below the
-/// target's own. A copy is a snapshot with its `provenance`; erasing the
-/// source memory's user or the memory erases its copies too.
+/// target's own. A copy is a snapshot with its `provenance`, expiring no
+/// later than its source; erasing the source memory's user or the memory
+/// erases its copies too.
 #[utoipa::path(
     post, path = "/v1/share", tag = "sharing",
     request_body = ShareBody,

@@ -386,3 +386,38 @@ async fn a_key_bound_to_an_agent_acts_only_for_it_so_a_grant_is_the_only_way_acr
     expect_error(kb.get(&format!("/v1/memories/{}", id(&mine))).await, StatusCode::NOT_FOUND, "memory_not_found").await;
     expect_error(ka.get(&format!("/v1/memories/{}", id(copy))).await, StatusCode::NOT_FOUND, "memory_not_found").await;
 }
+
+#[tokio::test]
+async fn a_copy_expires_no_later_than_its_source() {
+    let (server, writer, admin, _, _) = keyed().await;
+    let source = writer
+        .write_one(json!({"agent_id": "a", "tier": "episodic", "retention": "short_term",
+                          "content": "The badge reader on floor two is broken"}))
+        .await;
+    let also_forever = writer
+        .write_one(json!({"agent_id": "a", "tier": "episodic", "retention": "permanent",
+                          "content": "The building opened in 1998"}))
+        .await;
+    grant(&admin, json!({"from_agent_id": "a", "to_agent_ids": ["b"]})).await;
+    // Shared five days into the source's seven: the copy's own short_term
+    // would run to day twelve, the source ends on day seven.
+    server.clock.advance(chrono::Duration::days(5));
+    let out = share(
+        &writer,
+        json!({"from_agent_id": "a", "to_agent_ids": ["b"],
+                                    "memory_ids": [id(&source), id(&also_forever)]}),
+    )
+    .await;
+    let copies = out["shared"].as_array().unwrap();
+    assert_eq!(copies.len(), 2, "{out}");
+    let copy_of = |original: &Value| {
+        copies.iter().find(|c| c["source_memory_id"] == original["id"]).unwrap_or_else(|| panic!("{out}"))["memory"]
+            .clone()
+    };
+    assert_eq!(copy_of(&source)["expires_at"], source["expires_at"], "{out}");
+    assert!(copy_of(&also_forever)["expires_at"].is_null(), "{out}");
+    // Past the source's end the copy is gone from the target's reads too.
+    server.clock.advance(chrono::Duration::days(2) + chrono::Duration::seconds(1));
+    let copy = id(&copy_of(&source));
+    assert_eq!(writer.get_json(&format!("/v1/memories/{copy}")).await.0, StatusCode::NOT_FOUND);
+}
