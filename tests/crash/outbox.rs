@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::server::{OwnRedis, ServerEnv, ServerProcess, free_port, service_url};
+use crate::server::{OwnDatabase, OwnRedis, ServerEnv, ServerProcess, free_port};
 
 /// How long the test waits for something it polls (a commit, the outbox job).
 const POLL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -106,7 +106,11 @@ async fn a_batch_committed_before_a_kill_9_gets_its_working_entry_once_from_the_
         eprintln!("skipped on the embedded backend: the outbox between Postgres and Redis is Postgres-only");
         return;
     }
-    let database_url = service_url("ENGRAM_TEST_DATABASE_URL");
+    // A database of its own: the outbox job of any server on a database
+    // takes the entries of every tenant there, and another test's server
+    // would write them to its own Redis, not this one.
+    let own = OwnDatabase::create().await;
+    let database_url = own.url.clone();
     let redis = OwnRedis::start();
     let run = Uuid::new_v4().simple().to_string();
     let env = ServerEnv {
@@ -242,5 +246,7 @@ async fn a_batch_committed_before_a_kill_9_gets_its_working_entry_once_from_the_
             .collect();
         assert_eq!(found.len(), 1, "batch {n}'s working entry: {found:?}");
     }
+    db.close().await;
     drop(server);
+    own.drop().await;
 }

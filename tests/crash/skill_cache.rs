@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::server::{OwnRedis, ServerEnv, ServerProcess, free_port, service_url};
+use crate::server::{OwnDatabase, OwnRedis, ServerEnv, ServerProcess, free_port};
 
 /// The outbox job runs every second here (10 s by default).
 const OUTBOX_INTERVAL_SECS: &str = "1";
@@ -37,7 +37,11 @@ async fn a_skill_changed_during_a_redis_outage_is_not_served_old_by_another_repl
         eprintln!("skipped on the embedded backend: its skill cache lives in the process");
         return;
     }
-    let database_url = service_url("ENGRAM_TEST_DATABASE_URL");
+    // A database of its own: the outbox job of any server on a database
+    // takes the eviction rows of every tenant there, and another test's
+    // server would carry them out on its own Redis, not this one.
+    let own = OwnDatabase::create().await;
+    let database_url = own.url.clone();
     let mut redis = OwnRedis::start();
     let run = Uuid::new_v4().simple().to_string();
     let replica = |extra: Vec<(&'static str, String)>| ServerEnv {
@@ -120,5 +124,7 @@ async fn a_skill_changed_during_a_redis_outage_is_not_served_old_by_another_repl
         assert!(started.elapsed() < EVICTION_TIMEOUT, "{left} eviction rows left");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    db.close().await;
     drop((a, b));
+    own.drop().await;
 }
