@@ -57,12 +57,11 @@ pub trait ErasureTx: Send {
     /// The persistent rows of these ids that exist.
     async fn rows_by_id(&mut self, tenant: &str, ids: &[Uuid]) -> StoreResult<Vec<ErasureRow>>;
 
-    /// Locks these episodes' rows until the transaction ends, in id order:
-    /// a consolidation that has marked them waits here for nothing, it is
-    /// the other way round: this waits until that consolidation (which
-    /// locks the rows it marks, in the same order) has committed its
-    /// summary, so the summary is found. A backend that runs one write
-    /// transaction at a time has nothing to lock.
+    /// Locks these episodes' rows until the transaction ends, in id order.
+    /// A consolidation locks the episodes it marks, in the same order, until
+    /// it commits their summary: taking the locks waits for that commit, so
+    /// the summary is found. A backend that runs one write transaction at a
+    /// time has nothing to lock.
     async fn lock_episodes(&mut self, tenant: &str, ids: &[Uuid]) -> StoreResult<()>;
 
     /// Facts derived from these memories or superseded by them.
