@@ -87,8 +87,17 @@ pub fn storable(field: &str, value: &str) -> Check<()> {
     Ok(())
 }
 
+/// The largest magnitude a number inside a JSON value may have. Postgres
+/// keeps a `jsonb` number as an exact decimal and writes `-1.79e308` back as
+/// a 309-digit integer, which the JSON reader turns into infinity and
+/// refuses; well below that bound every number reads back as written. The
+/// same bound on both backends, so an export from either imports into the
+/// other.
+pub const MAX_JSON_NUMBER: f64 = 1e300;
+
 /// Any JSON value a backend can store (policy, tool sequence, filters): no
-/// NUL in any string or key, at any depth. The error names the exact value.
+/// NUL in any string or key and no number beyond `MAX_JSON_NUMBER`, at any
+/// depth. The error names the exact value.
 pub fn storable_json(field: &str, value: &Value) -> Check<()> {
     walk(field, value, &|at, key| storable(at, key))
 }
@@ -104,7 +113,11 @@ fn walk(field: &str, value: &Value, key: &dyn Fn(&str, &str) -> Check<()>) -> Ch
             key(&at, k)?;
             walk(&at, v, key)
         }),
-        Value::Null | Value::Bool(_) | Value::Number(_) => Ok(()),
+        Value::Number(n) => match n.as_f64() {
+            Some(x) if x.abs() <= MAX_JSON_NUMBER => Ok(()),
+            _ => Err(FieldError::new(field, "must be a number between -1e300 and 1e300")),
+        },
+        Value::Null | Value::Bool(_) => Ok(()),
     }
 }
 
@@ -300,5 +313,8 @@ mod tests {
         assert!(content("/content", "a\0b").is_err());
         assert!(short_text("/object", "a\0b", 10).is_err());
         assert!(storable_json("/policy", &serde_json::json!({"ok": ["fine", 1, null]})).is_ok());
+        assert!(storable_json("/policy", &serde_json::json!({"ok": [-1e300, 2.2e-311, 1e300]})).is_ok());
+        let err = storable_json("/policy", &serde_json::json!({"a": [1, -1.7976931348623157e308]})).unwrap_err();
+        assert_eq!(err.field, "/policy/a/1");
     }
 }

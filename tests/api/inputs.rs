@@ -66,6 +66,31 @@ async fn a_nul_character_anywhere_is_422_naming_the_field() {
 }
 
 #[tokio::test]
+async fn a_number_a_json_field_cannot_read_back_is_422_naming_it_and_one_within_the_bound_round_trips() {
+    let app = spawn_app().await;
+    let huge = -1.7976931348623157e308;
+    let writes = [
+        (
+            json!({"agent_id": "n", "content": "x", "skill_name": "s", "tool_sequence": [{"t": [1, huge]}]}),
+            "/tool_sequence/0/t/1",
+        ),
+        (json!({"agent_id": "n", "content": "x", "skill_name": "s", "policy": {"p": 1e301}}), "/policy/p"),
+        (json!({"agent_id": "n", "content": "x", "metadata": {"m": huge}}), "/metadata/m"),
+    ];
+    for (body, field) in writes {
+        expect_field(app.post("/v1/memories", &body).await, field).await;
+    }
+    let kept = json!([{"tool": "t", "big": -1e300, "tiny": 2.225073858507e-311, "n": 29194883699754255410790400.0}]);
+    let m = app
+        .write_one(json!({"agent_id": "n", "tier": "procedural", "content": "x", "skill_name": "edge",
+                          "tool_sequence": kept}))
+        .await;
+    let (status, got) = app.get_json(&format!("/v1/memories/{}", m["id"].as_str().unwrap())).await;
+    assert_eq!(status, StatusCode::OK, "{got}");
+    assert_eq!(got["tool_sequence"], kept);
+}
+
+#[tokio::test]
 async fn identifiers_refuse_bidi_and_invisible_characters_and_keep_letters() {
     let app = spawn_app().await;
     for bad in [
