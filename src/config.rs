@@ -80,10 +80,14 @@ pub struct SearchConfig {
     pub dedup_cosine: f64,
     /// Share of relevance from the vector leg (cosine) when both legs ran; the rest from full text.
     pub vector_share: f64,
-    /// Share of the better neighbouring episode's relevance (the agent's
-    /// episode written just before or after) added to an episode's relevance;
+    /// Share of the better neighbouring episode's relevance above the median
+    /// candidate's (the agent's episode written just before or after) added
+    /// to an episode's relevance;
     /// 0 turns the neighbour lookup off.
     pub neighbour_share: f64,
+    /// Relevance added to a memory whose speaker (`metadata.speaker`, or its
+    /// transcript prefix "Name: ") the query names; 0 turns it off.
+    pub speaker_share: f64,
     /// Spread the persistent tiers' relevance over the search's candidates:
     /// 1 for the best, 0 for the median and below (`recall::stretch`).
     pub relative_relevance: bool,
@@ -105,6 +109,7 @@ impl Default for SearchConfig {
             dedup_cosine: 0.95,
             vector_share: crate::domain::scoring::VECTOR_SHARE,
             neighbour_share: crate::domain::scoring::NEIGHBOUR_SHARE,
+            speaker_share: crate::domain::scoring::SPEAKER_SHARE,
             relative_relevance: true,
             context_candidates: 200,
             access_interval_secs: 3600,
@@ -1131,6 +1136,9 @@ impl Config {
         }
         if !(0.0..=1.0).contains(&self.search.neighbour_share) {
             return bad("search.neighbour_share", "must be between 0 and 1");
+        }
+        if !(0.0..=1.0).contains(&self.search.speaker_share) {
+            return bad("search.speaker_share", "must be between 0 and 1");
         }
         if self.search.context_candidates == 0 || self.search.context_candidates > 1000 {
             return bad("search.context_candidates", "must be between 1 and 1000");

@@ -25,6 +25,7 @@ use crate::domain::consolidate;
 use crate::domain::content::normalize_into;
 use crate::domain::context::{self, Allocation, Candidate, PackedItem, Tokenizer};
 use crate::domain::scoring::{self, Components, Weights};
+use crate::domain::speaker::{QueryNames, speaker};
 use crate::domain::tokens::{Bpe, Encoding};
 use crate::domain::validate::FieldError;
 use crate::domain::words::{QueryTerms, TermWeights, body};
@@ -267,6 +268,16 @@ fn stretch(relevance: &mut [f64]) {
     }
 }
 
+/// The median of `values` (0 when there are none).
+fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.collect();
+    if v.is_empty() {
+        return 0.0;
+    }
+    let middle = (v.len() - 1) / 2;
+    *v.select_nth_unstable_by(middle, f64::total_cmp).1
+}
+
 /// Most candidates whose neighbours are looked up.
 const MAX_ANCHORS: usize = 20;
 
@@ -405,16 +416,26 @@ impl MemoryService {
         let t = Instant::now();
         let weights = self.weights_for(p);
         // Each candidate's own relevance (what `min_relevance` is compared
-        // with), then plus the share of its better neighbour's.
+        // with), then plus the share of its better neighbour's above the
+        // median.
         let own: HashMap<Uuid, f64> =
             hits.iter().map(|h| (h.memory.id, self.fused(h, &text, legs.vector_leg, legs.text_leg))).collect();
+        // And plus the speaker's share when the query names who said it.
+        let names = (self.speaker_share > 0.0).then(|| QueryNames::new(&p.query));
+        // A neighbour lends what sets it above the median candidate, not
+        // what every candidate has: in a small store of facts on one topic
+        // (all alike to the query), two facts written one after the other
+        // would otherwise lift each other past the one that answers.
+        let floor = median(own.values().copied());
         let mut relevance: Vec<f64> = hits
             .iter()
             .map(|h| {
                 let id = h.memory.id;
                 let neighbour =
                     next_to.get(&id).into_iter().flatten().filter_map(|n| own.get(n).copied()).fold(0.0, f64::max);
-                own[&id] + self.neighbour_share * neighbour
+                let neighbour = (neighbour - floor).max(0.0);
+                let named = names.as_ref().is_some_and(|q| speaker(&h.memory).is_some_and(|s| q.names(&s)));
+                own[&id] + self.neighbour_share * neighbour + if named { self.speaker_share } else { 0.0 }
             })
             .collect();
         if self.relative_relevance {

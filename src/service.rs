@@ -72,6 +72,8 @@ pub struct MemoryService {
     pub vector_share: f64,
     /// Share of the better neighbouring episode's relevance added to an episode's.
     pub neighbour_share: f64,
+    /// Relevance added to a memory whose speaker the query names.
+    pub speaker_share: f64,
     /// Persistent relevance spread from the median candidate's to the best's.
     pub relative_relevance: bool,
     /// Candidates scored before context packing.

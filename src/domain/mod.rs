@@ -20,6 +20,7 @@ pub mod retention;
 pub mod rows;
 pub mod scoring;
 pub mod share;
+pub mod speaker;
 pub mod tokens;
 pub mod validate;
 pub mod words;

@@ -23,10 +23,13 @@ pub const HALF_LIFE_DAYS: f64 = 7.0;
 pub const FREQUENCY_SATURATION: f64 = 50.0;
 /// Default share of relevance given to vector similarity when both legs ran
 /// (`search.vector_share`); the rest goes to the full-text score.
-pub const VECTOR_SHARE: f64 = 0.6;
+pub const VECTOR_SHARE: f64 = 0.5;
 /// Default share of the better neighbouring episode's relevance added to an
 /// episode's (`search.neighbour_share`).
-pub const NEIGHBOUR_SHARE: f64 = 0.2;
+pub const NEIGHBOUR_SHARE: f64 = 0.3;
+/// Default relevance added to a memory whose speaker the query names
+/// (`search.speaker_share`, `domain::speaker`).
+pub const SPEAKER_SHARE: f64 = 0.2;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -120,7 +123,7 @@ pub fn tier_bonus(tier: Tier) -> f64 {
 ///   almost nothing, and the value does not depend on how well the best
 ///   candidate matched.
 ///
-/// When both legs ran: 0.6·vector + 0.4·text. Each leg also scores the
+/// When both legs ran: share·vector + (1 − share)·text (`VECTOR_SHARE`). Each leg also scores the
 /// other leg's candidates (the store computes the cosine of full-text hits
 /// and the text rank of vector hits), so a 0 here means a real miss: no query
 /// word in the text, or no vector of the query's model. When only one ran (no embedder, or no
