@@ -193,10 +193,10 @@ mod tests {
 
     #[test]
     fn fusion_weighs_the_legs_that_ran() {
-        // 0.6·0.9 + 0.4·0.5 = 0.54 + 0.20 = 0.74
-        assert!(close(fuse(Some(0.9), Some(0.5), true, true, VECTOR_SHARE), 0.74));
+        // At share 0.6: 0.6·0.9 + 0.4·0.5 = 0.54 + 0.20 = 0.74.
+        assert!(close(fuse(Some(0.9), Some(0.5), true, true, 0.6), 0.74));
         // No text score (no query word in it): text counts 0 → 0.6·0.9 = 0.54.
-        assert!(close(fuse(Some(0.9), None, true, true, VECTOR_SHARE), 0.54));
+        assert!(close(fuse(Some(0.9), None, true, true, 0.6), 0.54));
         assert!(close(fuse(None, Some(0.5), false, true, VECTOR_SHARE), 0.5));
         assert!(close(fuse(Some(-0.2), None, true, false, VECTOR_SHARE), 0.0));
         // Another share: 0.5·0.9 + 0.5·0.5 = 0.70.
