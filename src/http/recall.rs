@@ -210,11 +210,13 @@ fn search_params(
 /// Candidates come from the vector and full-text legs over episodic, semantic
 /// and procedural memory, and from the session's working memory. Each result
 /// carries its score and the five raw components, each in [0, 1]:
-/// relevance = 0.6·cosine + 0.4·(the share of the query's words the text
+/// relevance = 0.5·cosine + 0.5·(the share of the query's words the text
 /// holds, each word weighed by how rare it is among the candidates) when
 /// both legs ran, every candidate scored on both (one leg alone otherwise),
-/// plus 0.2 of the better neighbouring episode's, then spread from 0 at the
-/// median candidate to 1 at the best (working memory: the share of query
+/// plus 0.3 of what the better neighbouring episode's has above the median
+/// candidate's, plus 0.2 when the query names the memory's speaker
+/// (metadata.speaker, or a "Name: " prefix of its content), then spread from
+/// 0 at the median candidate to 1 at the best (working memory: the share of query
 /// words it contains); recency = 0.5^(age_days / 7) from occurred_at;
 /// importance as stored; frequency = min(1, ln(1 + access_count) / ln 50),
 /// where a memory's retrievals count at most once per
