@@ -16,7 +16,9 @@
 # shellcheck source=scripts/services.sh
 . scripts/services.sh start
 
-BENCH_PG_PORT=${ENGRAM_TEST_PG_PORT:-54329}
+# ENGRAM_BENCH_PG_PORT=54334 runs on the replica pair's primary (services.sh), e.g. with
+# DATABASE_READ_URL=postgres://engram@127.0.0.1:54335/DB given to the server for its replica.
+BENCH_PG_PORT=${ENGRAM_BENCH_PG_PORT:-${ENGRAM_TEST_PG_PORT:-54329}}
 # ENGRAM_BENCH_BIN runs another build (say, the parent commit's) against the same client.
 BENCH_BIN=${ENGRAM_BENCH_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/release/engram}
 BENCH_LOG=$(mktemp)

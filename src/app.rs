@@ -196,7 +196,18 @@ pub async fn open_storage(config: &Config) -> anyhow::Result<Storage> {
         if config.database.migrate_on_start {
             postgres::migrate(&pool).await?;
         }
-        let pg = PgStore::new(pool, config.idempotency.ttl_hours);
+        let mut pg = PgStore::new(pool, config.idempotency.ttl_hours);
+        if let Some(replica) = postgres::connect_replica(&config.database, &config.search)? {
+            tracing::info!(
+                replica = %crate::config::redact_url(&config.database.read_url),
+                "searches, context, gets and lists are read on the replica while it holds every deletion"
+            );
+            pg = pg.with_replica(
+                replica,
+                Duration::from_secs(config.database.read_retry_secs),
+                Duration::from_millis(config.database.read_timeout_ms),
+            );
+        }
         pg.check_migrated().await?;
         let redis = RedisStore::connect(&config.redis).context("configuring Redis")?;
         Ok(Storage::postgres(pg, redis))

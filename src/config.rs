@@ -1,7 +1,7 @@
 //! One typed configuration tree, layered: built-in defaults, then an optional
 //! TOML file (`--config` / `ENGRAM_CONFIG`), then `ENGRAM_*` environment
 //! variables (`__` separates levels: `ENGRAM_REDIS__KEY_PREFIX`), then the
-//! conventional `DATABASE_URL`, `REDIS_URL`, `ENGRAM_LISTEN` and `ENGRAM_MODEL_DIR`.
+//! conventional `DATABASE_URL`, `DATABASE_READ_URL`, `REDIS_URL`, `ENGRAM_LISTEN` and `ENGRAM_MODEL_DIR`.
 //!
 //! `config/default.toml` documents every key and equals the built-in defaults
 //! (a test keeps them in step). Loading fails fast with a message naming the
@@ -436,6 +436,17 @@ pub struct ServerConfig {
 pub struct DatabaseConfig {
     /// Postgres URL (`DATABASE_URL`). Empty: the embedded backend in `embedded.data_dir`.
     pub url: String,
+    /// A streaming read replica of `url` (`DATABASE_READ_URL`), optional:
+    /// searches, context, gets and lists are served there while it holds
+    /// every deletion the primary has made for the tenant
+    /// (`store::postgres::replica`); everything else stays on the primary.
+    pub read_url: String,
+    /// After a replica read fails, how long reads stay on the primary
+    /// before the replica is tried again.
+    pub read_retry_secs: u64,
+    /// A replica read taking longer than this is given up and done on the
+    /// primary (a replica that hangs rather than refusing).
+    pub read_timeout_ms: u64,
     pub max_connections: u32,
     pub acquire_timeout_ms: u64,
     /// No longer used: episodic memory is one table since migration 0007.
@@ -756,6 +767,9 @@ impl Default for DatabaseConfig {
     fn default() -> Self {
         Self {
             url: String::new(),
+            read_url: String::new(),
+            read_retry_secs: 5,
+            read_timeout_ms: 2_000,
             max_connections: 20,
             acquire_timeout_ms: 5_000,
             partitions_ahead_months: None,
@@ -904,6 +918,7 @@ impl Config {
         figment = figment
             .merge(sectioned)
             .merge(Env::raw().only(&["DATABASE_URL"]).map(|_| "database.url".into()))
+            .merge(Env::raw().only(&["DATABASE_READ_URL"]).map(|_| "database.read_url".into()))
             .merge(Env::raw().only(&["REDIS_URL"]).map(|_| "redis.url".into()))
             .merge(Env::raw().only(&["ENGRAM_LISTEN"]).map(|_| "server.listen".into()))
             .merge(Env::raw().only(&["ENGRAM_MODEL_DIR"]).map(|_| "embedding.local.model_dir".into()))
@@ -988,6 +1003,18 @@ impl Config {
         }
         if self.database.max_connections == 0 {
             return bad("database.max_connections", "must be greater than 0");
+        }
+        if !self.database.read_url.is_empty() && self.database.url.is_empty() {
+            return bad("database.read_url", "needs database.url: a read replica is of a Postgres primary");
+        }
+        if self.database.read_url == self.database.url && !self.database.url.is_empty() {
+            return bad("database.read_url", "must name the replica, not the primary (leave it empty for none)");
+        }
+        if self.database.read_retry_secs == 0 || self.database.read_retry_secs > 3600 {
+            return bad("database.read_retry_secs", "must be between 1 and 3600");
+        }
+        if !(10..=60_000).contains(&self.database.read_timeout_ms) {
+            return bad("database.read_timeout_ms", "must be between 10 and 60000");
         }
         if self.redis.key_prefix.is_empty() || self.redis.key_prefix.contains(char::is_whitespace) {
             return bad("redis.key_prefix", "must be a non-empty word");
@@ -1185,6 +1212,7 @@ impl Config {
     pub fn redacted(&self) -> Config {
         let mut c = self.clone();
         c.database.url = redact_url(&c.database.url);
+        c.database.read_url = redact_url(&c.database.read_url);
         c.redis.url = redact_url(&c.redis.url);
         if !c.embedding.openai.api_key.is_empty() {
             c.embedding.openai.api_key = REDACTED.into();

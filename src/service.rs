@@ -443,6 +443,16 @@ impl MemoryService {
 
     /// Finds a memory in working memory, the skill cache, then the store.
     pub async fn get(&self, tenant: &str, id: Uuid) -> ServiceResult<Memory> {
+        self.find(tenant, id, false).await
+    }
+
+    /// `get`, with the persistent tiers read as the primary holds them now
+    /// (`MemoryStore::get_current`): for a write made from what it reads.
+    pub async fn get_current(&self, tenant: &str, id: Uuid) -> ServiceResult<Memory> {
+        self.find(tenant, id, true).await
+    }
+
+    async fn find(&self, tenant: &str, id: Uuid, current: bool) -> ServiceResult<Memory> {
         let now = self.clock.now();
         let redis_error = match self.working.get(tenant, id).await {
             Ok(Some(m)) if self.erasing.hides(tenant, &m) => return Err(StoreError::NotFound.into()),
@@ -457,7 +467,11 @@ impl MemoryService {
         {
             return Ok(m);
         }
-        match self.store.get(tenant, id, now).await {
+        let found = match current {
+            true => self.store.get_current(tenant, id, now).await,
+            false => self.store.get(tenant, id, now).await,
+        };
+        match found {
             Ok(m) => {
                 if m.tier == Tier::Procedural
                     && redis_error.is_none()

@@ -301,7 +301,7 @@ impl SharingService {
                 let mut seen = BTreeSet::new();
                 let mut found = Vec::new();
                 for id in ids.iter().filter(|id| seen.insert(**id)) {
-                    match self.memories.get(tenant, *id).await {
+                    match self.memories.get_current(tenant, *id).await {
                         Ok(m) => found.push(m),
                         Err(ServiceError::Store(StoreError::NotFound)) => {
                             outcome.refused.push((*id, Refusal::NotFound))
@@ -328,7 +328,17 @@ impl SharingService {
                     as_of: None,
                     valid_at: None,
                 };
-                self.memories.search(tenant, &params).await?.results.into_iter().map(|s| s.memory).collect()
+                // Found by a search (which a read replica may serve), copied
+                // as the primary holds each one now.
+                let mut found = Vec::new();
+                for hit in self.memories.search(tenant, &params).await?.results {
+                    match self.memories.get_current(tenant, hit.memory.id).await {
+                        Ok(m) => found.push(m),
+                        Err(ServiceError::Store(StoreError::NotFound)) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                found
             }
         };
         let redactor = self.redactor(tenant);

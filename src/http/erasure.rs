@@ -79,7 +79,9 @@ pub struct ErasureResponse {
     /// entries, skill-cache evictions).
     pub deleted: BTreeMap<String, BTreeMap<String, u64>>,
     /// Per store, how many of the subject's records each check found after
-    /// the deletion, from queries of each store (all 0 when completed).
+    /// the deletion, from queries of each store (all 0 when completed); with
+    /// a read replica, `postgres_replica` holds the same checks run there,
+    /// once it has replayed the deletion.
     pub verification: BTreeMap<String, BTreeMap<String, u64>>,
     pub verified_at: Option<DateTime<Utc>>,
     /// What was done about the deleted bytes, per store.

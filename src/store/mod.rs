@@ -403,6 +403,13 @@ pub trait MemoryStore: Send + Sync {
     /// A live (not expired) memory by id.
     async fn get(&self, tenant: &str, id: Uuid, now: DateTime<Utc>) -> StoreResult<Memory>;
 
+    /// `get`, as the primary holds it now: for reads that a write is made
+    /// from (a share's copy). `get` may answer from a read replica, which
+    /// can lag on changes; without one the two are the same.
+    async fn get_current(&self, tenant: &str, id: Uuid, now: DateTime<Utc>) -> StoreResult<Memory> {
+        self.get(tenant, id, now).await
+    }
+
     /// Up to `filter.limit + 1` live memories, newest first.
     async fn list(&self, tenant: &str, filter: &ListFilter, now: DateTime<Utc>) -> StoreResult<Vec<Memory>>;
 

@@ -168,6 +168,7 @@ impl Maintenance for PostgresRedis {
     async fn close(&self) {
         self.redis.shutdown().await;
         self.pg.pool().close().await;
+        self.pg.close_replica().await;
     }
 }
 

@@ -17,6 +17,7 @@ mod numbers;
 mod operations;
 mod recall;
 mod reembed;
+mod replica;
 mod retention;
 mod schema;
 mod scopes;

@@ -199,6 +199,9 @@ impl ErasureTx for PgTx {
             .await
             .map_err(store_error)?;
         }
+        if !out.is_empty() {
+            self.deleted_for = Some(tenant.to_string());
+        }
         Ok(out)
     }
 
@@ -474,9 +477,26 @@ impl PgStore {
         Ok(())
     }
 
-    /// The Postgres half of an erasure's verification.
+    /// The Postgres half of an erasure's verification: on the primary
+    /// (`postgres`), then on the read replica if there is one
+    /// (`postgres_replica`), once it has replayed the erasure's deletes.
     pub async fn verify_erasure(
         &self,
+        r: &ErasureRecord,
+        claimed: &[(Tier, Uuid)],
+        samples: &[(Tier, Embedding)],
+        found: &mut Counts,
+    ) -> StoreResult<()> {
+        self.verify_erasure_here("postgres", r, claimed, samples, found).await?;
+        if let Some(replica) = self.caught_up_replica(&r.tenant).await? {
+            replica.verify_erasure_here("postgres_replica", r, claimed, samples, found).await?;
+        }
+        Ok(())
+    }
+
+    async fn verify_erasure_here(
+        &self,
+        store: &str,
         r: &ErasureRecord,
         claimed: &[(Tier, Uuid)],
         samples: &[(Tier, Embedding)],
@@ -503,7 +523,7 @@ impl PgStore {
             .fetch_one(&self.pool)
             .await
             .map_err(store_error)?;
-            Receipt::add(found, "postgres", tier.as_str(), n as u64);
+            Receipt::add(found, store, tier.as_str(), n as u64);
         }
         let everything: HashSet<Uuid> = ids.iter().chain(&listed).copied().collect();
         let responses: Vec<sqlx::types::Json<Value>> =
@@ -513,7 +533,7 @@ impl PgStore {
                 .await
                 .map_err(store_error)?;
         let n = responses.iter().filter(|b| r.subject.in_response(&b.0, &everything, r.requested_at)).count();
-        Receipt::add(found, "postgres", "idempotency_records", n as u64);
+        Receipt::add(found, store, "idempotency_records", n as u64);
         let staged: Vec<String> = sqlx::query_scalar("SELECT entry FROM working_outbox WHERE tenant_id = $1")
             .bind(&r.tenant)
             .fetch_all(&self.pool)
@@ -524,7 +544,7 @@ impl PgStore {
             .filter_map(|e| serde_json::from_str::<Memory>(e).ok())
             .filter(|m| r.subject.covers(m, r.requested_at))
             .count();
-        Receipt::add(found, "postgres", "working_outbox", n as u64);
+        Receipt::add(found, store, "working_outbox", n as u64);
         // The nearest neighbours of the erased rows' own vectors, through
         // each model's HNSW index: none of the rows may come back.
         let mut returned = 0u64;
@@ -543,7 +563,7 @@ impl PgStore {
             .map_err(store_error)?;
             returned += near.iter().filter(|id| everything.contains(id)).count() as u64;
         }
-        Receipt::add(found, "postgres", "vector_index", returned);
+        Receipt::add(found, store, "vector_index", returned);
         Ok(())
     }
 

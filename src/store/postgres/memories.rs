@@ -24,6 +24,24 @@ fn live(now_param: usize) -> String {
 }
 
 impl PgStore {
+    async fn list_rows(
+        &self,
+        tenant: &str,
+        tiers: &[Tier],
+        filter: &ListFilter,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<MemoryRow>> {
+        let mut qb = QueryBuilder::new("SELECT * FROM (");
+        for (i, tier) in tiers.iter().enumerate() {
+            if i > 0 {
+                qb.push(" UNION ALL ");
+            }
+            push_list_branch(&mut qb, tenant, *tier, filter, now);
+        }
+        qb.push(") AS m ORDER BY created_at DESC, id DESC LIMIT ").push_bind((filter.limit + 1) as i64);
+        qb.build_query_as().fetch_all(&self.pool).await.map_err(store_error)
+    }
+
     async fn find(&self, tenant: &str, id: Uuid, now: DateTime<Utc>) -> StoreResult<Option<Memory>> {
         let sql = format!(
             "SELECT {e} FROM episodic_memory WHERE tenant_id = $1 AND id = $2 AND {live} \
@@ -182,9 +200,29 @@ impl MemoryStore for PgStore {
 
     async fn get(&self, tenant: &str, id: Uuid, now: DateTime<Utc>) -> StoreResult<Memory> {
         let started = Instant::now();
-        let found = self.find(tenant, id, now).await?;
+        // On the replica first. A miss there may be a memory written a
+        // moment ago, and a skill read here is then cached by the service,
+        // so both are read from the primary (replica.rs).
+        let found = match self.reader(tenant).await {
+            Some(replica) => match self.on_replica(replica.find(tenant, id, now)).await {
+                Ok(Some(m)) if m.tier != Tier::Procedural => {
+                    self.note_served();
+                    Some(m)
+                }
+                Ok(_) => self.find(tenant, id, now).await?,
+                Err(e) => {
+                    self.note_failed(&e);
+                    self.find(tenant, id, now).await?
+                }
+            },
+            None => self.find(tenant, id, now).await?,
+        };
         observe("get", started);
         found.ok_or(StoreError::NotFound)
+    }
+
+    async fn get_current(&self, tenant: &str, id: Uuid, now: DateTime<Utc>) -> StoreResult<Memory> {
+        self.find(tenant, id, now).await?.ok_or(StoreError::NotFound)
     }
 
     async fn list(&self, tenant: &str, filter: &ListFilter, now: DateTime<Utc>) -> StoreResult<Vec<Memory>> {
@@ -194,15 +232,8 @@ impl MemoryStore for PgStore {
         if tiers.is_empty() {
             return Ok(Vec::new());
         }
-        let mut qb = QueryBuilder::new("SELECT * FROM (");
-        for (i, tier) in tiers.iter().enumerate() {
-            if i > 0 {
-                qb.push(" UNION ALL ");
-            }
-            push_list_branch(&mut qb, tenant, *tier, filter, now);
-        }
-        qb.push(") AS m ORDER BY created_at DESC, id DESC LIMIT ").push_bind((filter.limit + 1) as i64);
-        let rows: Vec<MemoryRow> = qb.build_query_as().fetch_all(&self.pool).await.map_err(store_error)?;
+        let tiers = &tiers;
+        let rows = self.read(tenant, |store| async move { store.list_rows(tenant, tiers, filter, now).await }).await?;
         observe("list", started);
         rows.into_iter().map(Memory::try_from).collect()
     }
@@ -255,9 +286,11 @@ impl MemoryStore for PgStore {
         now: DateTime<Utc>,
     ) -> StoreResult<SearchHits> {
         // Both legs need the vector here: the text leg computes its rows'
-        // cosine in the same statement.
-        let query = SearchQuery { vector: vector.await, ..query.clone() };
-        self.search_legs(tenant, &query, now).await
+        // cosine in the same statement. Whether the replica may serve the
+        // search is asked while the query is embedded.
+        let (vector, reader) = tokio::join!(vector, self.reader(tenant));
+        let query = &SearchQuery { vector, ..query.clone() };
+        self.read_on(reader, |store| async move { store.search_legs(tenant, query, now).await }).await
     }
 
     async fn neighbours(
@@ -268,7 +301,7 @@ impl MemoryStore for PgStore {
         known: &std::collections::HashSet<Uuid>,
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<Adjacent>> {
-        self.adjacent(tenant, query, anchors, known, now).await
+        self.read(tenant, |store| async move { store.adjacent(tenant, query, anchors, known, now).await }).await
     }
 
     async fn record_access(

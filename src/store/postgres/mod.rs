@@ -11,6 +11,7 @@ pub(crate) use erasure::vacuumed;
 mod holds;
 mod memories;
 mod reembed;
+pub mod replica;
 mod retention;
 mod rows;
 mod search;
@@ -50,6 +51,8 @@ pub struct PgStore {
     idempotency_ttl: chrono::Duration,
     /// Word and agent frequencies for the full-text leg (`text.rs`).
     text_stats: std::sync::Arc<text::TextStats>,
+    /// The read replica, when `database.read_url` names one (`replica.rs`).
+    replica: Option<std::sync::Arc<replica::Replica>>,
 }
 
 /// Connects a pool (the server starts even if Postgres is momentarily down;
@@ -72,6 +75,19 @@ pub struct PgStore {
 /// but in sqlx 0.9 they fail when a statement's types need a lookup, as
 /// `vector` does: transact-rs/sqlx#4305.)
 pub fn connect_lazy(config: &DatabaseConfig, search: &SearchConfig) -> anyhow::Result<PgPool> {
+    connect_url(&config.url, config, search).context("parsing database.url")
+}
+
+/// A pool on the read replica (`database.read_url`), set up as the
+/// primary's; None when there is none.
+pub fn connect_replica(config: &DatabaseConfig, search: &SearchConfig) -> anyhow::Result<Option<PgPool>> {
+    if config.read_url.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(connect_url(&config.read_url, config, search).context("parsing database.read_url")?))
+}
+
+fn connect_url(url: &str, config: &DatabaseConfig, search: &SearchConfig) -> anyhow::Result<PgPool> {
     let setup = format!(
         "SET hnsw.ef_search = {}; SET hnsw.iterative_scan = relaxed_order; SET hnsw.max_scan_tuples = {}; \
          SET plan_cache_mode = force_custom_plan",
@@ -87,8 +103,8 @@ pub fn connect_lazy(config: &DatabaseConfig, search: &SearchConfig) -> anyhow::R
                 Ok(())
             })
         })
-        .connect_lazy(&config.url)
-        .context("parsing database.url")
+        .connect_lazy(url)
+        .map_err(Into::into)
 }
 
 pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
@@ -101,6 +117,7 @@ impl PgStore {
             pool,
             idempotency_ttl: chrono::Duration::hours(i64::from(idempotency_ttl_hours)),
             text_stats: Default::default(),
+            replica: None,
         }
     }
 

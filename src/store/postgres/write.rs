@@ -22,6 +22,10 @@ pub(super) struct PgTx {
     pub(super) tx: Transaction<'static, Postgres>,
     idempotency_ttl: chrono::Duration,
     started: Instant,
+    /// The tenant whose rows this transaction deleted: its read fence is
+    /// raised just before the commit (`replica.rs`), the last lock taken,
+    /// so two transactions deleting rows of one tenant cannot deadlock on it.
+    pub(super) deleted_for: Option<String>,
 }
 
 impl PgStore {
@@ -30,6 +34,7 @@ impl PgStore {
             tx: self.pool.begin().await.map_err(store_error)?,
             idempotency_ttl: self.idempotency_ttl,
             started: Instant::now(),
+            deleted_for: None,
         })
     }
 }
@@ -278,6 +283,9 @@ impl WriteTx for PgTx {
         .fetch_optional(&mut *self.tx)
         .await
         .map_err(store_error)?;
+        if tier.is_some() {
+            self.deleted_for = Some(tenant.to_string());
+        }
         Ok(tier.as_deref().and_then(Tier::parse))
     }
 
@@ -344,7 +352,10 @@ impl WriteTx for PgTx {
     }
 
     async fn commit(self: Box<Self>) -> StoreResult<()> {
-        let PgTx { tx, started, .. } = *self;
+        let PgTx { mut tx, started, deleted_for, .. } = *self;
+        if let Some(tenant) = deleted_for {
+            super::replica::raise_fence(&mut tx, &tenant).await?;
+        }
         tx.commit().await.map_err(store_error)?;
         observe("write", started);
         Ok(())
