@@ -1019,6 +1019,11 @@ impl Config {
         if self.redis.key_prefix.is_empty() || self.redis.key_prefix.contains(char::is_whitespace) {
             return bad("redis.key_prefix", "must be a non-empty word");
         }
+        // A brace would make a Redis Cluster hash tag of the prefix, putting
+        // every key on one slot.
+        if self.redis.key_prefix.contains(['{', '}']) {
+            return bad("redis.key_prefix", "must not contain braces");
+        }
         if self.redis.pool_size == 0 {
             return bad("redis.pool_size", "must be greater than 0");
         }
@@ -1393,6 +1398,10 @@ mod tests {
         let mut c = Config::default();
         c.log.format = "xml".into();
         assert!(c.validate().unwrap_err().to_string().contains("log.format"));
+        let mut c = Config::default();
+        c.redis.key_prefix = "app{1}".into();
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("redis.key_prefix") && err.contains("braces"), "{err}");
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Periodic upkeep: forgetting idempotency keys past their lifetime.
+//! Periodic upkeep: forgetting idempotency keys past their lifetime, and
+//! moving working memory an earlier version left in its Redis layout.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +17,7 @@ pub struct Maintenance {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Report {
     pub idempotency_keys_deleted: u64,
+    pub working_entries_moved: u64,
 }
 
 impl Maintenance {
@@ -23,22 +25,30 @@ impl Maintenance {
         let now = self.clock.now();
         let upkeep = &self.store.maintenance;
         let idempotency_keys_deleted = upkeep.forget_idempotency_keys(now).await?;
-        Ok(Report { idempotency_keys_deleted })
+        let working_entries_moved = upkeep.move_working_layout(now).await?;
+        Ok(Report { idempotency_keys_deleted, working_entries_moved })
     }
 
-    pub async fn run(self, every: Duration, shutdown: CancellationToken) {
-        // The first tick is immediate: keys that outlived their lifetime while
-        // the server was down go at start.
-        let mut ticker = tokio::time::interval(every);
+    /// Runs at start, then every `every`; after a failure (a store down at
+    /// start, say) again after `retry`, so that working memory in an old
+    /// layout is not left unread for a whole period.
+    pub async fn run(self, every: Duration, retry: Duration, shutdown: CancellationToken) {
+        let mut wait = Duration::ZERO;
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = ticker.tick() => {}
+                _ = tokio::time::sleep(wait) => {}
             }
-            match self.run_once().await {
-                Ok(report) => tracing::info!(?report, "maintenance done"),
-                Err(e) => tracing::error!(error = ?e, "maintenance failed; retrying at the next tick"),
-            }
+            wait = match self.run_once().await {
+                Ok(report) => {
+                    tracing::info!(?report, "maintenance done");
+                    every
+                }
+                Err(e) => {
+                    tracing::error!(error = ?e, "maintenance failed; retrying in {retry:?}");
+                    retry.min(every)
+                }
+            };
         }
     }
 }

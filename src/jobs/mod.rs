@@ -27,7 +27,11 @@ pub fn spawn_all(tracker: &TaskTracker, app: &mut App, shutdown: CancellationTok
         tracker.spawn(flusher.run(std::time::Duration::from_millis(500), shutdown.clone()));
     }
     let job = maintenance::Maintenance { store: app.storage.clone(), clock: app.state.service.clock.clone() };
-    tracker.spawn(job.run(std::time::Duration::from_secs(6 * 3600), shutdown.clone()));
+    tracker.spawn(job.run(
+        std::time::Duration::from_secs(6 * 3600),
+        std::time::Duration::from_secs(30),
+        shutdown.clone(),
+    ));
     if app.config.redis.outbox_interval_secs > 0 {
         let job = outbox::Outbox { service: app.state.service.clone() };
         tracker.spawn(job.run(std::time::Duration::from_secs(app.config.redis.outbox_interval_secs), shutdown.clone()));

@@ -530,6 +530,11 @@ pub trait Maintenance: Send + Sync {
     /// Deletes idempotency keys past their time to live; returns how many.
     async fn forget_idempotency_keys(&self, now: DateTime<Utc>) -> anyhow::Result<u64>;
 
+    /// Moves working memory kept in an earlier version's layout into the
+    /// current one; returns how many entries moved (Redis; the embedded
+    /// working-memory table has one layout).
+    async fn move_working_layout(&self, now: DateTime<Utc>) -> anyhow::Result<u64>;
+
     /// Closes connections (after the server stopped).
     async fn close(&self);
 }

@@ -1,13 +1,22 @@
 //! Working memory and the procedural-skill cache on Redis (fred).
 //!
 //! Layout, every key under the configured prefix, components escaped so that
-//! an id containing `:` can never collide with another:
-//!   `{prefix}:{tenant}:wm:m:{id}`                 one working entry (JSON), with its TTL
-//!   `{prefix}:{tenant}:wm:s:{agent}:{session}`    the session's entry ids, oldest first
-//!   `{prefix}:{tenant}:skill:{id}`                a cached procedural memory (JSON)
-//! Appending is RPUSH (O(1)); a session keeps at most `working_max_entries`
-//! ids and the entries pushed out are deleted. Every command is single-key or
-//! pipelined per key, so the layout also works on Redis Cluster.
+//! an id containing `:` or a brace can never collide with another or pick
+//! its own hash slot:
+//!   `{prefix}:{tenant}:wm:l:{S}`        a session's entry ids, oldest first
+//!   `{prefix}:{tenant}:wm:e:{S}:{id}`   one working entry (JSON), with its TTL
+//!   `{prefix}:{tenant}:wm:p:{id}`       the key of entry `id` (reads by id), same TTL
+//!   `{prefix}:{tenant}:skill:{id}`      a cached procedural memory (JSON)
+//! where `{S}` is the hash tag `{tenant:agent:session}`, braces included: on
+//! Redis Cluster a session's list and entries hash to one slot, so a session
+//! lives on one node and is read with one LRANGE and one MGET. Appending is
+//! RPUSH (O(1)); a session keeps at most `working_max_entries` ids and the
+//! entries pushed out are deleted. Every other command is single-key or
+//! pipelined per key, so the layout works on a single server and a cluster.
+//!
+//! Versions before this layout kept entries at `{prefix}:{tenant}:wm:m:{id}`
+//! and lists at `{prefix}:{tenant}:wm:s:{agent}:{session}`;
+//! `move_old_layout` (run by the maintenance job at every start) moves them.
 //!
 //! When Redis cannot be reached, calls fail with `Unavailable` and the HTTP
 //! layer answers 503 with Retry-After. Request-path calls go through a
@@ -99,9 +108,29 @@ fn cluster_url(url: &str) -> String {
     format!("{scheme}://{userinfo}{first}{path}?{params}")
 }
 
-/// Escapes `%` and `:` so key components cannot run into each other.
+/// Escapes `%` and `:` so key components cannot run into each other, and
+/// braces so that no component can open or close a hash tag.
 fn esc(s: &str) -> String {
-    s.replace('%', "%25").replace(':', "%3A")
+    s.replace('%', "%25").replace(':', "%3A").replace('{', "%7B").replace('}', "%7D")
+}
+
+/// The keys of one session: its list, and the stem its entries' keys share.
+struct SessionKeys {
+    list: String,
+    entry_stem: String,
+}
+
+/// The keys of a session, `{S}` being the hash tag `{tenant:agent:session}`.
+fn session_keys(prefix: &str, tenant: &str, agent: &str, session: &str) -> SessionKeys {
+    let t = esc(tenant);
+    let tag = format!("{{{t}:{}:{}}}", esc(agent), esc(session));
+    SessionKeys { list: format!("{prefix}:{t}:wm:l:{tag}"), entry_stem: format!("{prefix}:{t}:wm:e:{tag}:") }
+}
+
+impl SessionKeys {
+    fn entry(&self, id: Uuid) -> String {
+        format!("{}{id}", self.entry_stem)
+    }
 }
 
 impl RedisStore {
@@ -134,12 +163,38 @@ impl RedisStore {
         })
     }
 
-    pub fn item_key(&self, tenant: &str, id: Uuid) -> String {
-        format!("{}:{}:wm:m:{id}", self.prefix, esc(tenant))
+    /// The keys of a session. The prefix has no braces (checked at start)
+    /// and the components are escaped, so `{S}` is the key's only hash tag.
+    fn session_keys(&self, tenant: &str, agent: &str, session: &str) -> SessionKeys {
+        session_keys(&self.prefix, tenant, agent, session)
     }
 
+    fn keys_of(&self, tenant: &str, m: &Memory) -> SessionKeys {
+        self.session_keys(tenant, &m.agent_id, m.session_id.as_deref().unwrap_or_default())
+    }
+
+    /// The keys of the session whose list is `list`, and its tenant.
+    fn parse_list_key(&self, list: &str) -> Option<(String, SessionKeys)> {
+        let rest = list.strip_prefix(&self.prefix)?.strip_prefix(':')?;
+        // An escaped tenant has no `:`, so the first marker is the right one.
+        let (tenant, tag) = rest.split_once(":wm:l:")?;
+        let entry_stem = format!("{}:{tenant}:wm:e:{tag}:", self.prefix);
+        Some((unesc(tenant), SessionKeys { list: list.to_string(), entry_stem }))
+    }
+
+    /// Where the key of entry `id` is kept, for reads by id.
+    pub fn pointer_key(&self, tenant: &str, id: Uuid) -> String {
+        format!("{}:{}:wm:p:{id}", self.prefix, esc(tenant))
+    }
+
+    /// The key of entry `id` of a session (tests and the layout's docs).
+    pub fn entry_key(&self, tenant: &str, agent: &str, session: &str, id: Uuid) -> String {
+        self.session_keys(tenant, agent, session).entry(id)
+    }
+
+    /// The key of a session's list (tests and the layout's docs).
     pub fn session_key(&self, tenant: &str, agent: &str, session: &str) -> String {
-        format!("{}:{}:wm:s:{}:{}", self.prefix, esc(tenant), esc(agent), esc(session))
+        self.session_keys(tenant, agent, session).list
     }
 
     pub fn skill_key(&self, tenant: &str, id: Uuid) -> String {
@@ -206,20 +261,31 @@ impl RedisStore {
         Ok(n)
     }
 
+    /// A session's listed ids and, in the same order, their entries (None:
+    /// gone by its TTL). One LRANGE and one MGET: the keys share a slot.
+    async fn listed(&self, keys: &SessionKeys) -> StoreResult<(Vec<Uuid>, Vec<Option<String>>)> {
+        let ids: Vec<String> = self.pool.lrange(&keys.list, 0, -1).await.map_err(|e| self.unavailable(e))?;
+        let ids: Vec<Uuid> = ids.iter().filter_map(|id| id.parse().ok()).collect();
+        if ids.is_empty() {
+            return Ok((ids, Vec::new()));
+        }
+        let entry_keys: Vec<String> = ids.iter().map(|id| keys.entry(*id)).collect();
+        let raws: Vec<Option<String>> = self.pool.mget(entry_keys).await.map_err(|e| self.unavailable(e))?;
+        Ok((ids, raws))
+    }
+
     /// Every live working-memory entry of a tenant, session by session (in
     /// key order), each session oldest first (for export). The session
     /// lists are found with SCAN, which never blocks Redis.
     pub async fn entries(&self, tenant: &str) -> StoreResult<Vec<Memory>> {
-        let pattern = format!("{}:{}:wm:s:*", glob_escape(&self.prefix), glob_escape(&esc(tenant)));
+        let pattern = format!("{}:{}:wm:l:*", glob_escape(&self.prefix), glob_escape(&esc(tenant)));
         let mut sessions = self.scan(pattern).await?;
         sessions.sort();
         let mut out = Vec::new();
-        for session in sessions {
-            let ids: Vec<String> = self.pool.lrange(session, 0, -1).await.map_err(|e| self.unavailable(e))?;
-            let keys =
-                ids.iter().filter_map(|id| id.parse::<Uuid>().ok()).map(|id| self.item_key(tenant, id)).collect();
-            for raw in self.get_many(keys).await?.into_iter().flatten() {
-                out.push(serde_json::from_str(&raw).map_err(|e| StoreError::Internal(e.into()))?);
+        for list in sessions {
+            let Some((_, keys)) = self.parse_list_key(&list) else { continue };
+            for raw in self.listed(&keys).await?.1.into_iter().flatten() {
+                out.push(parse(&raw)?);
             }
         }
         Ok(out)
@@ -233,28 +299,113 @@ impl RedisStore {
     /// this way is deleted with its last id.
     pub async fn sweep_expired(&self, now: DateTime<Utc>, limit: usize) -> StoreResult<Vec<Doomed>> {
         let mut deleted = Vec::new();
-        for session in self.scan(format!("{}:*:wm:s:*", glob_escape(&self.prefix))).await? {
-            let Some(tenant) = self.tenant_of(&session) else { continue };
-            let ids: Vec<String> = self.pool.lrange(&session, 0, -1).await.map_err(|e| self.unavailable(e))?;
-            let parsed: Vec<Uuid> = ids.iter().filter_map(|id| id.parse().ok()).collect();
-            let raws = self.get_many(parsed.iter().map(|id| self.item_key(&tenant, *id)).collect()).await?;
-            for (id, raw) in parsed.into_iter().zip(raws) {
+        for list in self.scan(format!("{}:*:wm:l:*", glob_escape(&self.prefix))).await? {
+            let Some((tenant, keys)) = self.parse_list_key(&list) else { continue };
+            let (ids, raws) = self.listed(&keys).await?;
+            for (id, raw) in ids.into_iter().zip(raws) {
                 if let Some(raw) = raw {
-                    let entry: Memory = serde_json::from_str(&raw).map_err(|e| StoreError::Internal(e.into()))?;
-                    if !entry.is_expired(now) {
+                    if !parse(&raw)?.is_expired(now) {
                         continue;
                     }
-                    let _: i64 = self.pool.del(self.item_key(&tenant, id)).await.map_err(|e| self.unavailable(e))?;
+                    // One by one: the pointer is on another slot.
+                    for key in [keys.entry(id), self.pointer_key(&tenant, id)] {
+                        let _: i64 = self.pool.del(key).await.map_err(|e| self.unavailable(e))?;
+                    }
                     deleted.push(Doomed { tenant: tenant.clone(), id });
                 }
                 // Deleted here, or gone by its TTL: only the list still names it.
-                let _: i64 = self.pool.lrem(&session, 0, id.to_string()).await.map_err(|e| self.unavailable(e))?;
+                let _: i64 = self.pool.lrem(&keys.list, 0, id.to_string()).await.map_err(|e| self.unavailable(e))?;
             }
             if deleted.len() >= limit {
                 break;
             }
         }
         Ok(deleted)
+    }
+
+    /// Moves the entries kept in the layout of earlier versions (entries at
+    /// `wm:m:{id}`, lists at `wm:s:{agent}:{session}`) into this one, session
+    /// by session: written anew (their remaining time to live from their
+    /// `expires_at`), then the old keys deleted. A crash in between leaves the
+    /// old keys, and the next run writes the same entries again, which the
+    /// append keeps once. Returns how many entries moved.
+    pub async fn move_old_layout(&self, now: DateTime<Utc>) -> StoreResult<u64> {
+        let mut moved = 0;
+        // No key of this layout contains `:wm:s:` after the prefix: escaped
+        // components have no `:`, and the hash tag ends with `}`.
+        for list in self.scan(format!("{}:*:wm:s:*", glob_escape(&self.prefix))).await? {
+            let Some(tenant) = list
+                .strip_prefix(&self.prefix)
+                .and_then(|r| r.strip_prefix(':'))
+                .and_then(|r| r.split_once(":wm:s:"))
+                .map(|(t, _)| t.to_string())
+            else {
+                continue;
+            };
+            let ids: Vec<String> = self.pool.lrange(&list, 0, -1).await.map_err(|e| self.unavailable(e))?;
+            let old: Vec<String> = ids
+                .iter()
+                .filter_map(|id| id.parse::<Uuid>().ok())
+                .map(|id| format!("{}:{tenant}:wm:m:{id}", self.prefix))
+                .collect();
+            let mut live = Vec::new();
+            for raw in self.get_many(old.clone()).await?.into_iter().flatten() {
+                let m = parse(&raw)?;
+                if !m.is_expired(now) {
+                    live.push(m);
+                }
+            }
+            if !live.is_empty() {
+                self.write_entries(&unesc(&tenant), &live, now).await?;
+            }
+            // Deleted one by one: the old keys need not share a slot.
+            for key in old.into_iter().chain([list]) {
+                let _: i64 = self.pool.del(key).await.map_err(|e| self.unavailable(e))?;
+            }
+            moved += live.len() as u64;
+        }
+        Ok(moved)
+    }
+
+    /// Writes entries, their pointers, then the session lists that name
+    /// them; deletes what a list pushes out past its bound.
+    async fn write_entries(&self, tenant: &str, items: &[Memory], now: DateTime<Utc>) -> StoreResult<()> {
+        let pipeline = self.pool.next().pipeline();
+        for m in items {
+            let json = serde_json::to_string(m).map_err(|e| StoreError::Internal(e.into()))?;
+            let expire = Self::ttl_secs(m.expires_at, now).map(Expiration::EX);
+            let entry = self.keys_of(tenant, m).entry(m.id);
+            let _: () = pipeline
+                .set(self.pointer_key(tenant, m.id), entry.clone(), expire.clone(), None, false)
+                .await
+                .map_err(|e| self.unavailable(e))?;
+            let _: () = pipeline.set(entry, json, expire, None, false).await.map_err(|e| self.unavailable(e))?;
+        }
+        let _: Vec<Value> = pipeline.all().await.map_err(|e| self.unavailable(e))?;
+
+        let mut sessions: Vec<(SessionKeys, i64, Vec<String>)> = Vec::new();
+        for m in items {
+            let keys = self.keys_of(tenant, m);
+            let ttl = Self::ttl_secs(m.expires_at, now).unwrap_or(i64::MAX / 2);
+            match sessions.iter_mut().find(|(k, _, _)| k.list == keys.list) {
+                Some((_, t, ids)) => {
+                    *t = (*t).max(ttl);
+                    ids.push(m.id.to_string());
+                }
+                None => sessions.push((keys, ttl, vec![m.id.to_string()])),
+            }
+        }
+        for (keys, ttl, ids) in sessions {
+            let mut args = vec![ttl.to_string(), self.max_entries.to_string()];
+            args.extend(ids);
+            let evicted: Vec<String> =
+                self.pool.eval(APPEND_SCRIPT, vec![keys.list.clone()], args).await.map_err(|e| self.unavailable(e))?;
+            for id in evicted.iter().filter_map(|id| id.parse::<Uuid>().ok()) {
+                let _: i64 = self.pool.del(keys.entry(id)).await.map_err(|e| self.unavailable(e))?;
+                let _: i64 = self.pool.del(self.pointer_key(tenant, id)).await.map_err(|e| self.unavailable(e))?;
+            }
+        }
+        Ok(())
     }
 
     /// A tenant's working-memory entries expired at `now` but still stored:
@@ -295,13 +446,6 @@ impl RedisStore {
         }
     }
 
-    /// The tenant a session list belongs to, from its key.
-    fn tenant_of(&self, session_key: &str) -> Option<String> {
-        let rest = session_key.strip_prefix(&self.prefix)?.strip_prefix(':')?;
-        let (tenant, _) = rest.split_once(":wm:s:")?;
-        Some(unesc(tenant))
-    }
-
     /// Seconds until `expires_at`, at least 1 (None: no expiry).
     fn ttl_secs(expires_at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Option<i64> {
         expires_at.map(|e| (e - now).num_seconds().max(1))
@@ -310,7 +454,12 @@ impl RedisStore {
 
 /// Reverses `esc`.
 fn unesc(s: &str) -> String {
-    s.replace("%3A", ":").replace("%25", "%")
+    s.replace("%7D", "}").replace("%7B", "{").replace("%3A", ":").replace("%25", "%")
+}
+
+/// An entry as stored.
+fn parse(raw: &str) -> StoreResult<Memory> {
+    serde_json::from_str(raw).map_err(|e| StoreError::Internal(e.into()))
 }
 
 /// Escapes the characters a SCAN pattern treats as wildcards.
@@ -346,41 +495,7 @@ impl WorkingMemory for RedisStore {
     async fn append(&self, tenant: &str, items: &[Memory], now: DateTime<Utc>) -> StoreResult<()> {
         self.guarded(async {
             let started = std::time::Instant::now();
-            // Entries first, then the session lists that point at them.
-            let pipeline = self.pool.next().pipeline();
-            for m in items {
-                let json = serde_json::to_string(m).map_err(|e| StoreError::Internal(e.into()))?;
-                let expire = Self::ttl_secs(m.expires_at, now).map(Expiration::EX);
-                let _: () = pipeline
-                    .set(self.item_key(tenant, m.id), json, expire, None, false)
-                    .await
-                    .map_err(|e| self.unavailable(e))?;
-            }
-            let _: Vec<Value> = pipeline.all().await.map_err(|e| self.unavailable(e))?;
-
-            let mut sessions: Vec<(String, i64, Vec<String>)> = Vec::new();
-            for m in items {
-                let key = self.session_key(tenant, &m.agent_id, m.session_id.as_deref().unwrap_or_default());
-                let ttl = Self::ttl_secs(m.expires_at, now).unwrap_or(i64::MAX / 2);
-                match sessions.iter_mut().find(|(k, _, _)| *k == key) {
-                    Some((_, t, ids)) => {
-                        *t = (*t).max(ttl);
-                        ids.push(m.id.to_string());
-                    }
-                    None => sessions.push((key, ttl, vec![m.id.to_string()])),
-                }
-            }
-            for (key, ttl, ids) in sessions {
-                let mut args = vec![ttl.to_string(), self.max_entries.to_string()];
-                args.extend(ids);
-                let evicted: Vec<String> =
-                    self.pool.eval(APPEND_SCRIPT, vec![key], args).await.map_err(|e| self.unavailable(e))?;
-                for id in evicted {
-                    if let Ok(id) = id.parse::<Uuid>() {
-                        let _: i64 = self.pool.del(self.item_key(tenant, id)).await.map_err(|e| self.unavailable(e))?;
-                    }
-                }
-            }
+            self.write_entries(tenant, items, now).await?;
             Self::observe("append", started);
             Ok(())
         })
@@ -391,9 +506,10 @@ impl WorkingMemory for RedisStore {
         self.guarded(async {
             let started = std::time::Instant::now();
             for m in items {
-                let _: i64 = self.pool.del(self.item_key(tenant, m.id)).await.map_err(|e| self.unavailable(e))?;
-                let key = self.session_key(tenant, &m.agent_id, m.session_id.as_deref().unwrap_or_default());
-                let _: i64 = self.pool.lrem(key, 0, m.id.to_string()).await.map_err(|e| self.unavailable(e))?;
+                let keys = self.keys_of(tenant, m);
+                let _: i64 = self.pool.del(keys.entry(m.id)).await.map_err(|e| self.unavailable(e))?;
+                let _: i64 = self.pool.del(self.pointer_key(tenant, m.id)).await.map_err(|e| self.unavailable(e))?;
+                let _: i64 = self.pool.lrem(&keys.list, 0, m.id.to_string()).await.map_err(|e| self.unavailable(e))?;
             }
             Self::observe("remove", started);
             Ok(())
@@ -404,7 +520,12 @@ impl WorkingMemory for RedisStore {
     async fn get(&self, tenant: &str, id: Uuid) -> StoreResult<Option<Memory>> {
         self.guarded(async {
             let started = std::time::Instant::now();
-            let found = self.get_json(self.item_key(tenant, id)).await?;
+            let entry: Option<String> =
+                self.pool.get(self.pointer_key(tenant, id)).await.map_err(|e| self.unavailable(e))?;
+            let found = match entry {
+                Some(key) => self.get_json(key).await?,
+                None => None,
+            };
             Self::observe("get", started);
             Ok(found)
         })
@@ -414,18 +535,8 @@ impl WorkingMemory for RedisStore {
     async fn session(&self, tenant: &str, agent_id: &str, session_id: &str) -> StoreResult<Vec<Memory>> {
         self.guarded(async {
             let started = std::time::Instant::now();
-            let ids: Vec<String> = self
-                .pool
-                .lrange(self.session_key(tenant, agent_id, session_id), 0, -1)
-                .await
-                .map_err(|e| self.unavailable(e))?;
-            let keys =
-                ids.iter().filter_map(|id| id.parse::<Uuid>().ok()).map(|id| self.item_key(tenant, id)).collect();
-            let raws = self.get_many(keys).await?;
-            let mut out = Vec::with_capacity(raws.len());
-            for raw in raws.into_iter().flatten() {
-                out.push(serde_json::from_str(&raw).map_err(|e| StoreError::Internal(e.into()))?);
-            }
+            let (_, raws) = self.listed(&self.session_keys(tenant, agent_id, session_id)).await?;
+            let out = raws.iter().flatten().map(|raw| parse(raw)).collect::<StoreResult<Vec<_>>>()?;
             Self::observe("session", started);
             Ok(out)
         })
@@ -436,11 +547,14 @@ impl WorkingMemory for RedisStore {
         self.guarded(async {
             let json = serde_json::to_string(memory).map_err(|e| StoreError::Internal(e.into()))?;
             let expire = Self::ttl_secs(memory.expires_at, now).map(Expiration::EX);
+            let entry = self.keys_of(tenant, memory).entry(memory.id);
+            // The pointer too: a patch may change the time to live.
             let _: () = self
                 .pool
-                .set(self.item_key(tenant, memory.id), json, expire, None, false)
+                .set(self.pointer_key(tenant, memory.id), entry.clone(), expire.clone(), None, false)
                 .await
                 .map_err(|e| self.unavailable(e))?;
+            let _: () = self.pool.set(entry, json, expire, None, false).await.map_err(|e| self.unavailable(e))?;
             Ok(())
         })
         .await
@@ -493,7 +607,7 @@ impl SkillCache for RedisStore {
 
 #[cfg(test)]
 mod tests {
-    use super::{cluster_url, esc, unesc};
+    use super::{cluster_url, esc, session_keys, unesc};
     use fred::prelude::Config;
 
     #[test]
@@ -507,6 +621,24 @@ mod tests {
         let own = "redis-cluster://a:1?node=b:2";
         assert_eq!(cluster_url(own), own);
         assert!(Config::from_url_clustered(&cluster_url("redis-cluster://127.0.0.1:7001,127.0.0.1:7002")).is_ok());
+    }
+
+    #[test]
+    fn a_session_lives_on_one_slot() {
+        use fred::util::redis_keyslot;
+        let id = uuid::Uuid::new_v4();
+        let keys = session_keys("engram", "t", "agent-1", "s-1");
+        assert_eq!(keys.list, "engram:t:wm:l:{t:agent-1:s-1}");
+        assert_eq!(keys.entry(id), format!("engram:t:wm:e:{{t:agent-1:s-1}}:{id}"));
+        assert_eq!(redis_keyslot(keys.list.as_bytes()), redis_keyslot(keys.entry(id).as_bytes()));
+        assert_eq!(redis_keyslot(keys.list.as_bytes()), redis_keyslot(b"t:agent-1:s-1"));
+        // Braces in a component cannot make a tag of their own or end ours.
+        let odd = session_keys("engram", "{t}", "a}b", "{");
+        assert_eq!(odd.list, "engram:%7Bt%7D:wm:l:{%7Bt%7D:a%7Db:%7B}");
+        assert_eq!(redis_keyslot(odd.list.as_bytes()), redis_keyslot(b"%7Bt%7D:a%7Db:%7B"));
+        assert_eq!(unesc(&esc("{a}:%7B")), "{a}:%7B");
+        // Another session of the same agent is another tag.
+        assert_ne!(session_keys("engram", "t", "agent-1", "s-2").list, keys.list);
     }
 
     #[test]

@@ -165,6 +165,10 @@ impl Maintenance for PostgresRedis {
         self.pg.forget_idempotency_keys(now).await
     }
 
+    async fn move_working_layout(&self, now: DateTime<Utc>) -> anyhow::Result<u64> {
+        Ok(self.redis.move_old_layout(now).await?)
+    }
+
     async fn close(&self) {
         self.redis.shutdown().await;
         self.pg.pool().close().await;
@@ -280,6 +284,10 @@ impl Maintenance for SqliteStore {
 
     async fn forget_idempotency_keys(&self, now: DateTime<Utc>) -> anyhow::Result<u64> {
         SqliteStore::forget_idempotency_keys(self, now).await
+    }
+
+    async fn move_working_layout(&self, _now: DateTime<Utc>) -> anyhow::Result<u64> {
+        Ok(0)
     }
 
     async fn close(&self) {

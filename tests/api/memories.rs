@@ -327,14 +327,17 @@ async fn delete_removes_the_row_and_every_redis_copy() {
 
     let w = app.write_one(json!({"agent_id": "d", "session_id": "s", "tier": "working", "content": "scratch"})).await;
     let wid = w["id"].as_str().unwrap();
-    let item_key = format!("{prefix}:{tenant}:wm:m:{wid}");
-    let session_key = format!("{prefix}:{tenant}:wm:s:d:s");
+    let item_key = format!("{prefix}:{tenant}:wm:e:{{{tenant}:d:s}}:{wid}");
+    let pointer_key = format!("{prefix}:{tenant}:wm:p:{wid}");
+    let session_key = format!("{prefix}:{tenant}:wm:l:{{{tenant}:d:s}}");
     if let Some(redis) = &redis {
         assert_eq!(redis.exists::<i64, _>(&item_key).await.unwrap(), 1);
+        assert_eq!(redis.get::<String, _>(&pointer_key).await.unwrap(), item_key);
     }
     assert_eq!(app.delete(&format!("/v1/memories/{wid}")).await.status(), StatusCode::NO_CONTENT);
     if let Some(redis) = &redis {
         assert_eq!(redis.exists::<i64, _>(&item_key).await.unwrap(), 0, "the Redis copy is gone");
+        assert_eq!(redis.exists::<i64, _>(&pointer_key).await.unwrap(), 0, "so is its pointer");
         let ids: Vec<String> = redis.lrange(&session_key, 0, -1).await.unwrap();
         assert!(!ids.contains(&wid.to_string()));
     }

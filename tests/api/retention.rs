@@ -157,8 +157,12 @@ async fn an_expired_memory_of_every_tier_is_gone_from_every_store_after_one_swee
     if app.storage.pg().is_some() {
         let redis = app.redis().await;
         let gone = id_of(&expiring[0]);
-        assert_eq!(redis.exists::<i64, _>(format!("{prefix}:{tenant}:wm:m:{gone}")).await.unwrap(), 0);
-        let listed: Vec<String> = redis.lrange(format!("{prefix}:{tenant}:wm:s:a:s"), 0, -1).await.unwrap();
+        let tag = format!("{{{tenant}:a:s}}");
+        // One key per call: on a cluster the pointer is on another slot.
+        for key in [format!("{prefix}:{tenant}:wm:e:{tag}:{gone}"), format!("{prefix}:{tenant}:wm:p:{gone}")] {
+            assert_eq!(redis.exists::<i64, _>(&key).await.unwrap(), 0, "{key}");
+        }
+        let listed: Vec<String> = redis.lrange(format!("{prefix}:{tenant}:wm:l:{tag}"), 0, -1).await.unwrap();
         assert_eq!(listed, [kept[0]["id"].as_str().unwrap()], "the session list names the live entry only");
         assert_eq!(redis.exists::<i64, _>(format!("{prefix}:{tenant}:skill:{skill}")).await.unwrap(), 0);
     } else {

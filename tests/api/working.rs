@@ -30,6 +30,73 @@ async fn a_session_keeps_its_newest_entries_in_order() {
 }
 
 #[tokio::test]
+async fn a_session_is_kept_under_one_hash_tag_and_entries_of_the_old_layout_are_moved() {
+    use fred::prelude::*;
+    let app = spawn_app_with(|c| c.redis.working_max_entries = 2).await;
+    if app.storage.pg().is_none() {
+        return; // the embedded backend keeps working memory in a table
+    }
+    let redis = app.redis().await;
+    let (prefix, tenant) = (&app.config.redis.key_prefix, &app.config.auth.default_tenant);
+    let tag = format!("{{{tenant}:w:s}}");
+    let list = format!("{prefix}:{tenant}:wm:l:{tag}");
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let m = app
+            .write_one(json!({"agent_id": "w", "session_id": "s", "tier": "working", "content": format!("turn {i}")}))
+            .await;
+        ids.push(m["id"].as_str().unwrap().to_string());
+    }
+    // The list and its entries share the tag; the entry pushed out is gone
+    // with its pointer.
+    let listed: Vec<String> = redis.lrange(&list, 0, -1).await.unwrap();
+    assert_eq!(listed, ids[1..]);
+    for (i, id) in ids.iter().enumerate() {
+        let entry = format!("{prefix}:{tenant}:wm:e:{tag}:{id}");
+        let pointer: Option<String> = redis.get(format!("{prefix}:{tenant}:wm:p:{id}")).await.unwrap();
+        let exists: i64 = redis.exists(&entry).await.unwrap();
+        if i == 0 {
+            assert_eq!((pointer, exists), (None, 0), "the evicted entry");
+        } else {
+            assert_eq!((pointer, exists), (Some(entry.clone()), 1));
+            assert_eq!(fred::util::redis_keyslot(entry.as_bytes()), fred::util::redis_keyslot(list.as_bytes()));
+        }
+    }
+
+    // An earlier version's layout: entries at wm:m:{id}, the list at
+    // wm:s:{agent}:{session}. Rewrite the live entries that way.
+    let old_list = format!("{prefix}:{tenant}:wm:s:w:s");
+    for id in &ids[1..] {
+        let entry = format!("{prefix}:{tenant}:wm:e:{tag}:{id}");
+        let json: String = redis.get(&entry).await.unwrap();
+        let _: () = redis.set(format!("{prefix}:{tenant}:wm:m:{id}"), json, None, None, false).await.unwrap();
+        let _: i64 = redis.rpush(&old_list, id.as_str()).await.unwrap();
+        // One key per call: on a cluster these are on different slots.
+        let _: i64 = redis.del(entry).await.unwrap();
+        let _: i64 = redis.del(format!("{prefix}:{tenant}:wm:p:{id}")).await.unwrap();
+    }
+    let _: i64 = redis.del(&list).await.unwrap();
+    let (status, _) = app.get_json(&format!("/v1/memories/{}", ids[1])).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "the old layout is not read");
+
+    let job = engram::jobs::maintenance::Maintenance { store: app.storage.clone(), clock: app.clock.clone() };
+    assert_eq!(job.run_once().await.unwrap().working_entries_moved, 2);
+    for (i, id) in ids.iter().enumerate().skip(1) {
+        let (status, got) = app.get_json(&format!("/v1/memories/{id}")).await;
+        assert_eq!((status, got["content"].as_str()), (StatusCode::OK, Some(format!("turn {i}").as_str())));
+    }
+    let (_, listed) = app.get_json("/v1/memories?agent_id=w&session_id=s&tier=working").await;
+    let contents: Vec<&str> =
+        listed["memories"].as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap()).collect();
+    assert_eq!(contents, ["turn 2", "turn 1"]);
+    for key in [old_list, format!("{prefix}:{tenant}:wm:m:{}", ids[1])] {
+        assert_eq!(redis.exists::<i64, _>(&key).await.unwrap(), 0, "the old keys are deleted: {key}");
+    }
+    // A second run finds nothing to move.
+    assert_eq!(job.run_once().await.unwrap().working_entries_moved, 0);
+}
+
+#[tokio::test]
 async fn with_redis_down_working_memory_is_503_and_the_rest_keeps_serving() {
     // Nothing listens on port 1.
     let app = spawn_app_with(|c| {

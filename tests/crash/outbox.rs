@@ -172,10 +172,11 @@ async fn a_batch_committed_before_a_kill_9_gets_its_working_entry_once_from_the_
     redis.thaw();
     tokio::time::sleep(Duration::from_millis(200)).await; // what the killed server sent, if anything, runs
     let prefix = format!("{}:{tenant}", env.key_prefix);
-    let session = format!("{prefix}:wm:s:outbox:s");
+    let tag = format!("{{{tenant}:outbox:s}}");
+    let session = format!("{prefix}:wm:l:{tag}");
     eprintln!(
         "crash: killed between commit and Redis; thawed, Redis held {} of 2 entries and {} session ids",
-        redis.lines(&["--scan", "--pattern", &format!("{prefix}:wm:m:*")]).len(),
+        redis.lines(&["--scan", "--pattern", &format!("{prefix}:wm:e:*")]).len(),
         redis.lines(&["lrange", &session, "0", "-1"]).len(),
     );
 
@@ -233,7 +234,11 @@ async fn a_batch_committed_before_a_kill_9_gets_its_working_entry_once_from_the_
     assert_eq!(sorted, working_ids.iter().cloned().collect::<Vec<_>>(), "the session list: {session_ids:?}");
     let mut keys = redis.lines(&["--scan", "--pattern", "*"]);
     keys.sort();
-    let mut expected: Vec<String> = working_ids.iter().map(|id| format!("{prefix}:wm:m:{id}")).collect();
+    // Each entry, its pointer (for reads by id) and the session list.
+    let mut expected: Vec<String> = working_ids
+        .iter()
+        .flat_map(|id| [format!("{prefix}:wm:e:{tag}:{id}"), format!("{prefix}:wm:p:{id}")])
+        .collect();
     expected.push(session.clone());
     expected.sort();
     assert_eq!(keys, expected, "the keys in Redis");
@@ -241,7 +246,7 @@ async fn a_batch_committed_before_a_kill_9_gets_its_working_entry_once_from_the_
         let want = format!("Working note {n} of run {run}.");
         let found: Vec<Value> = working_ids
             .iter()
-            .map(|id| serde_json::from_str(&redis.cli(&["get", &format!("{prefix}:wm:m:{id}")])).unwrap())
+            .map(|id| serde_json::from_str(&redis.cli(&["get", &format!("{prefix}:wm:e:{tag}:{id}")])).unwrap())
             .filter(|m: &Value| m["content"] == want)
             .collect();
         assert_eq!(found.len(), 1, "batch {n}'s working entry: {found:?}");
