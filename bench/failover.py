@@ -19,46 +19,17 @@ Both embed with the lexical-hash provider: the subject is the failover, not the 
 Standard library only. Exits non-zero when a run could not be carried out.
 """
 
-import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def request(method, url, body=None, key=None, timeout=30):
-    """(status, parsed body or text); status 0 when the connection failed."""
-    headers = {"content-type": "application/json"} if body is not None else {}
-    if key:
-        headers["idempotency-key"] = key
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            raw = r.read()
-            kind = r.headers.get("content-type", "")
-            return r.status, json.loads(raw) if raw and "json" in kind else raw.decode()
-    except urllib.error.HTTPError as e:
-        raw = e.read()
-        try:
-            return e.code, json.loads(raw) if raw else None
-        except ValueError:
-            return e.code, None
-    except (urllib.error.URLError, ConnectionError, TimeoutError, socket.timeout):
-        return 0, None
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "scale"))
+from loopback import free_port, request  # noqa: E402
 
 
 class Server:

@@ -12,17 +12,15 @@
 Standard library only. Exits non-zero on the first failed check; prints the figures.
 """
 
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
+
+from loopback import free_port, request
 
 BIN, DATABASE_URL, REDIS_URL, WORK = sys.argv[1:5]
 PREFIX = f"engram-scale-{os.getpid()}"
@@ -32,33 +30,6 @@ def check(condition, what, detail=None):
     if not condition:
         raise AssertionError(f"{what}: {detail!r}" if detail is not None else what)
     print(f"ok  {what}", flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def request(method, url, body=None, key=None, timeout=10):
-    """(status, parsed body); status 0 when the connection failed."""
-    headers = {"content-type": "application/json"} if body is not None else {}
-    if key:
-        headers["idempotency-key"] = key
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            raw = r.read()
-            return r.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as e:
-        raw = e.read()
-        try:
-            return e.code, json.loads(raw) if raw else None
-        except ValueError:
-            return e.code, None
-    except (urllib.error.URLError, ConnectionError, TimeoutError, socket.timeout):
-        return 0, None
 
 
 def wait_ready(url, proc=None, seconds=60):
