@@ -183,18 +183,8 @@ impl RedisStore {
     }
 
     /// Where the key of entry `id` is kept, for reads by id.
-    pub fn pointer_key(&self, tenant: &str, id: Uuid) -> String {
+    fn pointer_key(&self, tenant: &str, id: Uuid) -> String {
         format!("{}:{}:wm:p:{id}", self.prefix, esc(tenant))
-    }
-
-    /// The key of entry `id` of a session (tests and the layout's docs).
-    pub fn entry_key(&self, tenant: &str, agent: &str, session: &str, id: Uuid) -> String {
-        self.session_keys(tenant, agent, session).entry(id)
-    }
-
-    /// The key of a session's list (tests and the layout's docs).
-    pub fn session_key(&self, tenant: &str, agent: &str, session: &str) -> String {
-        self.session_keys(tenant, agent, session).list
     }
 
     pub fn skill_key(&self, tenant: &str, id: Uuid) -> String {

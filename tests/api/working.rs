@@ -6,16 +6,22 @@ use serde_json::json;
 
 use crate::helpers::{OwnRedis, expect_error, spawn_app_with};
 
-#[tokio::test]
-async fn a_session_keeps_its_newest_entries_in_order() {
-    let app = spawn_app_with(|c| c.redis.working_max_entries = 3).await;
+/// Writes "turn 0" … "turn n-1" to session s of agent w; returns their ids.
+async fn write_turns(app: &crate::helpers::TestApp, n: usize) -> Vec<String> {
     let mut ids = Vec::new();
-    for i in 0..5 {
+    for i in 0..n {
         let m = app
             .write_one(json!({"agent_id": "w", "session_id": "s", "tier": "working", "content": format!("turn {i}")}))
             .await;
         ids.push(m["id"].as_str().unwrap().to_string());
     }
+    ids
+}
+
+#[tokio::test]
+async fn a_session_keeps_its_newest_entries_in_order() {
+    let app = spawn_app_with(|c| c.redis.working_max_entries = 3).await;
+    let ids = write_turns(&app, 5).await;
     let (_, listed) = app.get_json("/v1/memories?agent_id=w&session_id=s&tier=working").await;
     let contents: Vec<&str> =
         listed["memories"].as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap()).collect();
@@ -40,13 +46,7 @@ async fn a_session_is_kept_under_one_hash_tag_and_entries_of_the_old_layout_are_
     let (prefix, tenant) = (&app.config.redis.key_prefix, &app.config.auth.default_tenant);
     let tag = format!("{{{tenant}:w:s}}");
     let list = format!("{prefix}:{tenant}:wm:l:{tag}");
-    let mut ids = Vec::new();
-    for i in 0..3 {
-        let m = app
-            .write_one(json!({"agent_id": "w", "session_id": "s", "tier": "working", "content": format!("turn {i}")}))
-            .await;
-        ids.push(m["id"].as_str().unwrap().to_string());
-    }
+    let ids = write_turns(&app, 3).await;
     // The list and its entries share the tag; the entry pushed out is gone
     // with its pointer.
     let listed: Vec<String> = redis.lrange(&list, 0, -1).await.unwrap();
