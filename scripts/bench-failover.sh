@@ -37,6 +37,9 @@ if [[ $what == redis || $what == all ]]; then
   python3 bench/failover.py redis "$bin" "$db_url" "$cluster_url" "$work"
 fi
 if [[ $what == replica || $what == all ]]; then
+  # The standby's data directory is named by its port (services.sh).
+  replica_port=${ENGRAM_TEST_REPLICA_URL##*:}
+  replica_port=${replica_port%%/*}
   python3 bench/failover.py replica "$bin" "$ENGRAM_TEST_PRIMARY_URL" "$ENGRAM_TEST_REPLICA_URL" \
-    "$ENGRAM_PG_BIN" "$ENGRAM_CACHE_DIR/pgdata-18-$REPLICA_PORT" "$work"
+    "$ENGRAM_PG_BIN" "$ENGRAM_CACHE_DIR/pgdata-18-$replica_port" "$work"
 fi
