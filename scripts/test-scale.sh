@@ -3,7 +3,8 @@
 # balancer): three `engram serve` processes on one Postgres database and one Redis, behind
 # HAProxy from the OS packages (apt-get install haproxy), driven by
 # tests/scale/three_processes.py: the idempotency race across processes, consolidation asked
-# of all three at once (each episode consolidated once), and kill -9 of one process under
+# of all three at once (each episode consolidated once), the retention sweep every second on
+# each (each expired memory deleted once, and gone), and kill -9 of one process under
 # write load with every acknowledged write read back and no retry written twice. The servers
 # embed with the lexical-hash provider: the subject is the processes, not the model. Working
 # memory and the skill cache on a Redis Cluster run in scripts/test.sh.

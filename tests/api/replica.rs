@@ -98,11 +98,12 @@ impl Pair {
     }
 }
 
-/// (served by the replica, sent to the primary because it was behind, failed).
-fn counts(app: &TestApp) -> (u64, u64, u64) {
+/// (served by the replica, sent to the primary because it was behind, failed
+/// there, left alone).
+fn counts(app: &TestApp) -> (u64, u64, u64, u64) {
     use std::sync::atomic::Ordering::Relaxed;
     let c = app.storage.pg().unwrap().replica_counts().expect("the app has a replica");
-    (c.served.load(Relaxed), c.behind.load(Relaxed), c.failed.load(Relaxed))
+    (c.served.load(Relaxed), c.behind.load(Relaxed), c.failed.load(Relaxed), c.resting.load(Relaxed))
 }
 
 async fn search(app: &TestApp, query: &str) -> Vec<String> {
@@ -245,8 +246,71 @@ async fn reads_stay_on_the_primary_while_the_replica_cannot_be_reached() {
     assert!(search(&app, "chilli peppers").await.iter().any(|c| c.contains("Fay")));
     let (status, _) = app.get_json(&format!("/v1/memories/{}", m["id"].as_str().unwrap())).await;
     assert_eq!(status, StatusCode::OK);
-    let (served, _, failed) = counts(&app);
+    let (served, _, failed, resting) = counts(&app);
     assert_eq!(served, 0);
     // The first read found it down; the next ones left it alone.
-    assert!(failed >= 2, "{failed}");
+    assert!(failed >= 1 && resting >= 1, "failed {failed}, left alone {resting}");
+}
+
+/// Forwards every connection to `127.0.0.1:port` on `to`, for as long as the
+/// returned task runs.
+async fn forward(listener: tokio::net::TcpListener, to: u16) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(("127.0.0.1", to)).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    })
+}
+
+#[tokio::test]
+async fn a_replica_that_comes_back_is_found_by_the_probe_not_by_client_reads() {
+    let Some(pair) = Pair::new().await else { return };
+    // The replica is reached through a port where, at first, nothing listens.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut through = reqwest::Url::parse(&pair.replica_url).unwrap();
+    let standby = through.port().expect("the replica URL names its port");
+    through.set_port(Some(port)).unwrap();
+    let (url, read_url) = (pair.primary_url.clone(), through.to_string());
+    let app = spawn_app_with(move |c| {
+        c.database.url = url;
+        c.database.read_url = read_url;
+        c.database.read_retry_secs = 1;
+    })
+    .await;
+    app.write_one(json!({"memories": [{"agent_id": "a", "tier": "semantic", "content": "Gus restores canoes"}]})).await;
+    assert!(search(&app, "canoes").await.iter().any(|c| c.contains("Gus")));
+    let (served, _, failed, _) = counts(&app);
+    assert_eq!(served, 0);
+    assert!(failed >= 1, "the first read found the replica down");
+
+    // Down past several rest periods: each one ends in a probe, and no
+    // client read tries the replica again.
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        assert!(search(&app, "canoes").await.iter().any(|c| c.contains("Gus")));
+    }
+    let now = counts(&app);
+    assert_eq!((now.0, now.2), (0, failed), "reads left the replica alone: {now:?}");
+    assert!(now.3 >= 3, "{now:?}");
+
+    // The replica is reachable again: a probe finds it, and reads go there.
+    pair.caught_up().await;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    let forwarder = forward(listener, standby).await;
+    let mut served = false;
+    for _ in 0..100 {
+        assert!(search(&app, "canoes").await.iter().any(|c| c.contains("Gus")));
+        if counts(&app).0 > 0 {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    forwarder.abort();
+    assert!(served, "the replica serves again within 10 s: {:?}", counts(&app));
+    assert_eq!(counts(&app).2, failed, "no read failed on the way back");
 }

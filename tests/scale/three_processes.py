@@ -4,15 +4,18 @@
 
 1. The idempotency race across processes: the same key and body sent to all three at once
    write once; every answer that succeeds names the same memories.
-2. Consolidation asked of all three processes at once for the same agents: each episode is
+2. The retention sweep, every second on each process: every expired memory is deleted once,
+   by one process, and is gone from the database.
+3. Consolidation asked of all three processes at once for the same agents: each episode is
    consolidated once, one summary per session.
-3. kill -9 of one process under write load through the balancer: clients retry failed
+4. kill -9 of one process under write load through the balancer: clients retry failed
    requests with the same Idempotency-Key; afterwards every acknowledged write reads back,
    and no retry wrote twice.
 Standard library only. Exits non-zero on the first failed check; prints the figures.
 """
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -51,7 +54,9 @@ class Server:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_") or k == "ENGRAM_MODEL_DIR"}
         env.update(DATABASE_URL=DATABASE_URL, REDIS_URL=REDIS_URL, ENGRAM_REDIS__KEY_PREFIX=PREFIX,
                    ENGRAM_LOG__FILTER="warn", ENGRAM_EMBEDDING__PROVIDER="lexical-hash",
-                   ENGRAM_CONSOLIDATION__MIN_AGE_SECS="0")
+                   ENGRAM_CONSOLIDATION__MIN_AGE_SECS="0",
+                   # Sweeps every second, and transient memories live 2 s (sweep_once).
+                   ENGRAM_RETENTION__SWEEP_INTERVAL_SECS="1", ENGRAM_RETENTION__TRANSIENT="2s")
         self.proc = subprocess.Popen([BIN, "serve", "--listen", f"127.0.0.1:{self.port}"], env=env,
                                      stdout=self.log, stderr=subprocess.STDOUT)
 
@@ -179,6 +184,44 @@ def kill_under_load(servers, balancer):
           f"last failure {window:.2f} s after the kill", flush=True)
 
 
+def expired_deleted(server):
+    """What the process's sweeps have deleted as expired, in every tier."""
+    status, text = request("GET", f"{server.url}/metrics")
+    if status != 200:
+        raise AssertionError(f"metrics of {server.name}: {status}")
+    return sum(int(float(v)) for labels, v in re.findall(r'^engram_retention_deleted_total\{([^}]*)\} (\S+)$',
+                                                      text, re.M) if 'reason="expired"' in labels)
+
+
+def sweep_once(servers, balancer):
+    agent = f"sweep-{uuid.uuid4().hex[:8]}"
+    total = 300
+    before = sum(expired_deleted(s) for s in servers)
+    for start in range(0, total, 100):
+        memories = [{"agent_id": agent, "tier": "episodic", "retention": "transient", "content": f"passing note {n}"}
+                    for n in range(start, start + 100)]
+        status, body = request("POST", f"{balancer}/v1/memories", {"memories": memories})
+        if status != 201:
+            raise AssertionError(f"transient memories: {status} {body}")
+    deleted, per_process = 0, []
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        per_process = [expired_deleted(s) for s in servers]
+        deleted = sum(per_process) - before
+        if deleted >= total:
+            break
+        time.sleep(0.5)
+    # Sweeps go on meanwhile; none may count a memory a second time.
+    time.sleep(2)
+    deleted = sum(expired_deleted(s) for s in servers) - before
+    check(deleted == total, f"{total} expired memories deleted once by the three processes' sweeps "
+                            f"(expired deletions counted per process: {per_process})", deleted)
+    rows = subprocess.run([os.path.join(os.environ["ENGRAM_PG_BIN"], "psql"), "-X", "-qAt", DATABASE_URL, "-c",
+                           f"SELECT count(*) FROM episodic_memory WHERE agent_id = '{agent}'"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    check(rows == "0", "and gone from the database", rows)
+
+
 def consolidation_once(servers, balancer):
     agents = [f"cons-{uuid.uuid4().hex[:8]}" for _ in range(6)]
     per_agent = 4
@@ -232,6 +275,7 @@ def main():
         proc, balancer = haproxy(servers)
         wait_ready(balancer, proc)
         idempotency_race(servers)
+        sweep_once(servers, balancer)
         consolidation_once(servers, balancer)
         kill_under_load(servers, balancer)
         print("three_processes.py: all checks passed", flush=True)

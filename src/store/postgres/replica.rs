@@ -22,7 +22,11 @@
 //!
 //! A replica read that fails, or takes longer than `database.read_timeout_ms`,
 //! is done again on the primary; a replica that cannot be reached or does
-//! not answer in time is left alone for `database.read_retry_secs`.
+//! not answer in time is left alone for `database.read_retry_secs`. After
+//! that a background probe (`SELECT 1`, under the same timeout) decides
+//! whether reads go back, not a client's read: a replica that stays down
+//! costs a client one failed-over read when it goes down, not one every
+//! retry period.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -41,8 +45,18 @@ pub(super) struct Replica {
     /// A read there taking longer is abandoned (a replica that hangs
     /// instead of refusing connections) and done on the primary.
     timeout: Duration,
-    down_until: std::sync::Mutex<Option<Instant>>,
+    health: std::sync::Mutex<Health>,
     counts: ReplicaCounts,
+}
+
+/// Whether reads may go to the replica.
+#[derive(Clone, Copy, Debug)]
+enum Health {
+    Up,
+    /// Left alone until then, after a failure.
+    Resting(Instant),
+    /// A probe is under way; reads stay on the primary until it answers.
+    Probing,
 }
 
 /// How reads went, since the process started (also the
@@ -53,8 +67,11 @@ pub struct ReplicaCounts {
     pub served: AtomicU64,
     /// Sent to the primary: the replica had not replayed a deletion yet.
     pub behind: AtomicU64,
-    /// Sent to the primary: the replica failed, or was left alone after failing.
+    /// Sent to the primary: the replica failed this read.
     pub failed: AtomicU64,
+    /// Sent to the primary without trying the replica: it is left alone
+    /// after failing, or a probe of it is under way.
+    pub resting: AtomicU64,
 }
 
 impl ReplicaCounts {
@@ -62,6 +79,7 @@ impl ReplicaCounts {
         let counter = match outcome {
             "served" => &self.served,
             "behind" => &self.behind,
+            "resting" => &self.resting,
             _ => &self.failed,
         };
         counter.fetch_add(1, Ordering::Relaxed);
@@ -71,7 +89,7 @@ impl ReplicaCounts {
 
 impl Replica {
     pub(super) fn new(pool: PgPool, retry: Duration, timeout: Duration) -> Replica {
-        Replica { pool, retry, timeout, down_until: Default::default(), counts: Default::default() }
+        Replica { pool, retry, timeout, health: std::sync::Mutex::new(Health::Up), counts: Default::default() }
     }
 
     /// A read on the replica, given up after the read timeout.
@@ -86,23 +104,49 @@ impl Replica {
         }
     }
 
-    fn resting(&self) -> bool {
-        let mut down = self.down_until.lock().unwrap_or_else(|p| p.into_inner());
-        match *down {
-            Some(until) if Instant::now() < until => true,
-            Some(_) => {
-                *down = None;
-                false
+    fn health(&self) -> std::sync::MutexGuard<'_, Health> {
+        self.health.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether reads leave the replica alone now. The first caller after a
+    /// rest has ended starts the probe that ends it, and goes to the primary
+    /// like every read until the probe has answered.
+    fn resting(self: &Arc<Self>) -> bool {
+        let mut health = self.health();
+        match *health {
+            Health::Up => false,
+            Health::Probing => true,
+            Health::Resting(until) if Instant::now() < until => true,
+            Health::Resting(_) => {
+                *health = Health::Probing;
+                drop(health);
+                let replica = Arc::clone(self);
+                tokio::spawn(async move { replica.probe().await });
+                true
             }
-            None => false,
         }
+    }
+
+    async fn probe(&self) {
+        let answered = self.bounded(async { sqlx::query("SELECT 1").execute(&self.pool).await.map_err(store_error) });
+        let next = match answered.await {
+            Ok(_) => {
+                tracing::info!("the read replica answers again; reads go there");
+                Health::Up
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "the read replica still does not answer");
+                Health::Resting(Instant::now() + self.retry)
+            }
+        };
+        *self.health() = next;
     }
 
     /// Notes a failed replica read; one that could not reach the replica
     /// rests it for the retry period.
     fn failed(&self, e: &StoreError) {
         if matches!(e, StoreError::Unavailable { .. }) {
-            *self.down_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + self.retry);
+            *self.health() = Health::Resting(Instant::now() + self.retry);
         }
         tracing::warn!(error = %e, "a read on the replica failed; it is done on the primary");
         self.counts.add("failed");
@@ -164,7 +208,7 @@ impl PgStore {
     pub(super) async fn reader(&self, tenant: &str) -> Option<PgStore> {
         let r = self.replica.as_ref()?;
         if r.resting() {
-            r.counts.add("failed");
+            r.counts.add("resting");
             return None;
         }
         let (primary, replica) = tokio::join!(generation(&self.pool, tenant), r.bounded(generation(&r.pool, tenant)));
