@@ -5,8 +5,9 @@
 //! certain. Reads go there; a deletion or an erasure never comes back from
 //! it; writes, idempotency and dedup hold on the primary while it lags; an
 //! erasure is verified on the replica too; a replica that cannot be reached
-//! leaves reads on the primary. Only this file's first test pauses the
-//! standby; each test has a database of its own on the pair.
+//! leaves reads on the primary. Each test has a database of its own on the
+//! pair, and the tests that use the pair take turns (`PAIR`): one pauses the
+//! standby's replay, which would hold up the others' databases and waits.
 
 use std::time::Duration;
 
@@ -17,8 +18,12 @@ use uuid::Uuid;
 use crate::erasure::wait_for;
 use crate::helpers::{TestApp, embedded, post_json, spawn_app_with};
 
+/// Held by the test using the pair (see the top of the file).
+static PAIR: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A database of its own on the primary, its name seen on the replica.
 struct Pair {
+    _turn: tokio::sync::MutexGuard<'static, ()>,
     primary: sqlx::PgPool,
     replica: sqlx::PgPool,
     primary_url: String,
@@ -36,6 +41,7 @@ impl Pair {
             std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run the tests with scripts/test.sh"))
         };
         let (primary_admin, replica_admin) = (var("ENGRAM_TEST_PRIMARY_URL"), var("ENGRAM_TEST_REPLICA_URL"));
+        let turn = PAIR.lock().await;
         let name = format!("engram_replica_{}", Uuid::new_v4().simple());
         let admin = sqlx::PgPool::connect(&primary_admin).await.expect("the replica pair's primary answers");
         sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&admin).await.unwrap();
@@ -56,7 +62,7 @@ impl Pair {
         assert!(in_recovery, "ENGRAM_TEST_REPLICA_URL must be a standby");
         // A run that failed while replay was paused may have left it so.
         sqlx::query("SELECT pg_wal_replay_resume()").execute(&replica).await.unwrap();
-        Some(Pair { primary, replica, primary_url, replica_url })
+        Some(Pair { _turn: turn, primary, replica, primary_url, replica_url })
     }
 
     async fn app(&self) -> TestApp {
