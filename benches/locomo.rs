@@ -316,10 +316,13 @@ impl Api {
     }
 
     /// Consolidates every conversation's agent, one after another, and
-    /// returns (episodes, summaries, facts, seconds).
-    async fn consolidate(&self, loaded: &Loaded) -> anyhow::Result<(u64, u64, u64, f64)> {
+    /// returns (episodes, summaries, facts, groups left, seconds). A job that
+    /// ended `failed` only because some groups' model answers stayed
+    /// unusable counts: those groups are reported as left, as a server would
+    /// leave them for its next run.
+    async fn consolidate(&self, loaded: &Loaded) -> anyhow::Result<(u64, u64, u64, u64, f64)> {
         let started = Instant::now();
-        let (mut episodes, mut summaries, mut facts) = (0, 0, 0);
+        let (mut episodes, mut summaries, mut facts, mut left) = (0, 0, 0, 0);
         for c in &loaded.conversations {
             let (job, _) = self.post("/v1/consolidation", &json!({"agent_id": c.agent_id})).await?;
             let path = format!("/v1/consolidation/{}", job["id"].as_str().context("no job id")?);
@@ -327,6 +330,11 @@ impl Api {
                 let job = self.get(&path).await?;
                 match job["state"].as_str() {
                     Some("completed") => break job["report"].clone(),
+                    Some("failed") if job["report"]["groups_failed"].as_u64().unwrap_or(0) > 0 => {
+                        let unusable = job["error"].as_str().unwrap_or("").contains("unusable");
+                        anyhow::ensure!(unusable, "consolidating {} failed: {job}", c.sample_id);
+                        break job["report"].clone();
+                    }
                     Some("failed") => bail!("consolidating {} failed: {job}", c.sample_id),
                     _ => tokio::time::sleep(Duration::from_millis(100)).await,
                 }
@@ -335,9 +343,10 @@ impl Api {
             episodes += n("episodes");
             summaries += n("summaries");
             facts += n("facts") + n("facts_candidates");
+            left += n("groups_failed");
             eprintln!("  consolidated {}: {report}", c.sample_id);
         }
-        Ok((episodes, summaries, facts, started.elapsed().as_secs_f64()))
+        Ok((episodes, summaries, facts, left, started.elapsed().as_secs_f64()))
     }
 
     /// Queues a consolidation of every conversation's agent; returns the
@@ -797,10 +806,10 @@ async fn main() -> anyhow::Result<()> {
     println!();
     print!("{}", recall_table(&loaded, &ranked));
     println!();
-    if let Some((episodes, summaries, facts, secs)) = consolidated {
+    if let Some((episodes, summaries, facts, left, secs)) = consolidated {
         println!(
             "Consolidation: {episodes} episodes into {summaries} summaries and {facts} facts in {secs:.1} s \
-             ({:.0} episodes/s, one agent at a time)",
+             ({:.2} episodes/s, one agent at a time); {left} groups left for a later run (model answers unusable)",
             episodes as f64 / secs.max(1e-9)
         );
         println!();

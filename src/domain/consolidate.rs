@@ -539,6 +539,10 @@ pub struct JobReport {
     /// Episodes whose retention was cut once a summary covered them
     /// (`consolidation.sources = "shorten"`).
     pub episodes_shortened: u64,
+    /// Groups the model's answers for stayed unusable after the retries:
+    /// their episodes wait for a later run while the run goes on with the
+    /// other groups (the job then ends `failed`, with what it wrote kept).
+    pub groups_failed: u64,
     /// The summaries and facts written, by id.
     pub memory_ids: Vec<Uuid>,
 }

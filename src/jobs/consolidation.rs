@@ -56,6 +56,14 @@ impl From<StoreError> for RunError {
     }
 }
 
+/// What a run left for a later one: the episodes of groups whose model
+/// answers stayed unusable, and the last such error.
+#[derive(Default)]
+struct Left {
+    episodes: std::collections::HashSet<Uuid>,
+    unusable: Option<LlmError>,
+}
+
 pub struct Consolidator {
     pub service: Arc<MemoryService>,
     /// The chat model, when one is configured; the rule-based path otherwise.
@@ -203,16 +211,24 @@ impl Consolidator {
             return Ok(false);
         };
         // Batch after batch until every waiting episode up to the cutoff is
-        // taken; a batch that took nothing (its groups changed under it)
-        // ends the run, and the next run reads them again.
+        // taken; a batch that took nothing (its groups changed under it, or
+        // every group in it was left) ends the run, and the next run reads
+        // them again. Episodes of a group left in this run are not read
+        // again by it.
+        let mut left = Left::default();
         loop {
             let now = self.clock.now();
             let limit = self.config.batch_size;
-            let episodes = self.store.pending(&job.tenant, &job.agent_id, job.cutoff, now, limit).await?;
+            let mut episodes = self.store.pending(&job.tenant, &job.agent_id, job.cutoff, now, limit).await?;
+            let read = episodes.len();
+            episodes.retain(|m| !left.episodes.contains(&m.id));
             let before = report.episodes;
-            self.consolidate_batch(job, &episodes, report).await?;
-            if episodes.len() < limit || report.episodes == before {
-                return Ok(true);
+            self.consolidate_batch(job, &episodes, report, &mut left).await?;
+            if read < limit || report.episodes == before {
+                return match left.unusable {
+                    Some(e) => Err(RunError::Model(e)),
+                    None => Ok(true),
+                };
             }
         }
     }
@@ -223,10 +239,29 @@ impl Consolidator {
         job: &Job,
         episodes: &[crate::domain::Memory],
         report: &mut JobReport,
+        left: &mut Left,
     ) -> Result<(), RunError> {
         for group in consolidate::groups(episodes, self.config.group_size) {
             let drafts = match &self.llm {
-                Some(llm) => self.model_drafts(llm.as_ref(), job, &group).await?,
+                Some(llm) => match self.model_drafts(llm.as_ref(), job, &group).await {
+                    Ok(drafts) => drafts,
+                    // The answers for this group stayed unusable (a small
+                    // model that runs on for these turns, say): the group
+                    // waits for a later run and the others go on, so one
+                    // such group cannot hold up the agent's consolidation
+                    // for good. A model that is down or a spent budget ends
+                    // the run: the next group would fail the same way.
+                    Err(RunError::Model(e @ LlmError::BadAnswer(_))) => {
+                        tracing::warn!(job = %job.id, episodes = group.episodes.len(), error = %e,
+                            "a group's model answers stayed unusable; it waits for a later run");
+                        metrics::counter!("engram_consolidation_groups_failed_total").increment(1);
+                        report.groups_failed += 1;
+                        left.episodes.extend(group.episodes.iter().map(|m| m.id));
+                        left.unusable = Some(e);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                },
                 None => {
                     let mut drafts = Vec::new();
                     let sentences = self.config.summary_sentences;

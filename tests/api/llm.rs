@@ -26,6 +26,9 @@ const PASS: u8 = 0;
 const FAIL_500: u8 = 1;
 const NOT_JSON: u8 = 2;
 const SLOW: u8 = 3;
+/// NOT_JSON for a request whose text holds MARK, PASS for the others.
+const NOT_JSON_IF_MARKED: u8 = 4;
+const MARK: &str = "Zebulon";
 
 /// The model server's base URL and model name, or None (skipped).
 fn model_server(test: &str) -> Option<(String, String)> {
@@ -45,7 +48,12 @@ struct Proxy {
 }
 
 async fn forward(State(proxy): State<Arc<Proxy>>, body: Bytes) -> Response {
-    match proxy.mode.load(Ordering::SeqCst) {
+    let mut mode = proxy.mode.load(Ordering::SeqCst);
+    if mode == NOT_JSON_IF_MARKED {
+        let marked = String::from_utf8_lossy(&body).contains(MARK);
+        mode = if marked { NOT_JSON } else { PASS };
+    }
+    match mode {
         FAIL_500 => return (AxumStatus::INTERNAL_SERVER_ERROR, "injected failure").into_response(),
         NOT_JSON => {
             let completion = json!({"choices": [{"message": {"role": "assistant", "content": "{\"summary\": "}}],
@@ -195,6 +203,44 @@ async fn model_faults_leave_nothing_half_written_and_the_episodes_are_taken_late
     let job = run(&app, "a").await;
     assert_eq!(job["state"], "completed", "{job}");
     assert_eq!(job["report"]["episodes"], 4, "every episode, once: {job}");
+}
+
+#[tokio::test]
+async fn a_group_the_model_cannot_answer_waits_without_holding_up_the_others() {
+    let Some((url, model)) = model_server("a_group_the_model_cannot_answer_waits") else {
+        return;
+    };
+    let (proxied, proxy) = proxy(&url).await;
+    let app = with_model(&proxied, &model, |_| {}).await;
+    // Carl's group comes first (written first); every answer about it is
+    // unusable, as when a small model runs on for some turns.
+    let episode = |user: &str, session: &str, content: &str| json!({"agent_id": "a", "user_id": user, "session_id": session, "tier": "episodic", "content": content});
+    let carl = app
+        .write(json!({"memories": [
+            episode("carl", "s0", &format!("My name is {MARK} Carl and I keep bees.")),
+            episode("carl", "s0", "The hives are behind the barn."),
+        ]}))
+        .await;
+    write_episodes(&app).await;
+    proxy.mode.store(NOT_JSON_IF_MARKED, Ordering::SeqCst);
+    let job = run(&app, "a").await;
+    assert_eq!(job["state"], "failed", "a group was left: {job}");
+    assert!(job["error"].as_str().unwrap().contains("unusable"), "{job}");
+    assert_eq!(job["report"]["groups_failed"], 1, "{job}");
+    assert_eq!(job["report"]["episodes"], 4, "Ann's and Bob's groups went on: {job}");
+    let made = derived(&app, "a").await;
+    assert!(made.iter().any(|m| m["user_id"] == "ann"), "Ann's group written: {made:?}");
+    assert!(made.iter().all(|m| m["user_id"] != "carl"), "nothing of Carl's group: {made:?}");
+    // A later run takes exactly the group that was left.
+    proxy.mode.store(PASS, Ordering::SeqCst);
+    let again = run(&app, "a").await;
+    assert_eq!(again["state"], "completed", "{again}");
+    assert_eq!(again["report"]["episodes"], 2, "{again}");
+    let made = derived(&app, "a").await;
+    let summary = made.iter().find(|m| m["user_id"] == "carl" && m["tier"] == "episodic").expect("Carl's summary");
+    let sources = summary["metadata"]["consolidation"]["source_episode_ids"].as_array().unwrap();
+    let ids: Vec<&Value> = carl.iter().map(|m| &m["id"]).collect();
+    assert_eq!(sources.iter().collect::<Vec<_>>(), ids, "{summary}");
 }
 
 #[tokio::test]
