@@ -107,6 +107,7 @@ pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::
         vector_share: config.search.vector_share,
         neighbour_share: config.search.neighbour_share,
         speaker_share: config.search.speaker_share,
+        date_share: config.search.date_share,
         relative_relevance: config.search.relative_relevance,
         context_candidates: config.search.context_candidates,
         access: Some(access),

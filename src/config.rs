@@ -88,6 +88,9 @@ pub struct SearchConfig {
     /// Relevance added to a memory whose speaker (`metadata.speaker`, or its
     /// transcript prefix "Name: ") the query names; 0 turns it off.
     pub speaker_share: f64,
+    /// Relevance added to a memory that occurred within a date the query
+    /// names (`domain::when`); 0 turns it off.
+    pub date_share: f64,
     /// Spread the persistent tiers' relevance over the search's candidates:
     /// 1 for the best, 0 for the median and below (`recall::stretch`).
     pub relative_relevance: bool,
@@ -110,6 +113,7 @@ impl Default for SearchConfig {
             vector_share: crate::domain::scoring::VECTOR_SHARE,
             neighbour_share: crate::domain::scoring::NEIGHBOUR_SHARE,
             speaker_share: crate::domain::scoring::SPEAKER_SHARE,
+            date_share: crate::domain::scoring::DATE_SHARE,
             relative_relevance: true,
             context_candidates: 200,
             access_interval_secs: 3600,
@@ -1171,6 +1175,9 @@ impl Config {
         }
         if !(0.0..=1.0).contains(&self.search.speaker_share) {
             return bad("search.speaker_share", "must be between 0 and 1");
+        }
+        if !(0.0..=1.0).contains(&self.search.date_share) {
+            return bad("search.date_share", "must be between 0 and 1");
         }
         if self.search.context_candidates == 0 || self.search.context_candidates > 1000 {
             return bad("search.context_candidates", "must be between 1 and 1000");

@@ -28,6 +28,7 @@ use crate::domain::scoring::{self, Components, Weights};
 use crate::domain::speaker::{QueryNames, speaker};
 use crate::domain::tokens::{Bpe, Encoding};
 use crate::domain::validate::FieldError;
+use crate::domain::when::QueryDates;
 use crate::domain::words::{QueryTerms, TermWeights, body};
 use crate::domain::{Memory, Tier};
 use crate::service::{MemoryService, ServiceError, ServiceResult};
@@ -422,6 +423,8 @@ impl MemoryService {
             hits.iter().map(|h| (h.memory.id, self.fused(h, &text, legs.vector_leg, legs.text_leg))).collect();
         // And plus the speaker's share when the query names who said it.
         let names = (self.speaker_share > 0.0).then(|| QueryNames::new(&p.query));
+        // And plus the date's share when it happened on a date the query names.
+        let dates = (self.date_share > 0.0).then(|| QueryDates::new(&p.query)).flatten();
         // A neighbour lends what sets it above the median candidate, not
         // what every candidate has: in a small store of facts on one topic
         // (all alike to the query), two facts written one after the other
@@ -435,7 +438,11 @@ impl MemoryService {
                     next_to.get(&id).into_iter().flatten().filter_map(|n| own.get(n).copied()).fold(0.0, f64::max);
                 let neighbour = (neighbour - floor).max(0.0);
                 let named = names.as_ref().is_some_and(|q| speaker(&h.memory).is_some_and(|s| q.names(&s)));
-                own[&id] + self.neighbour_share * neighbour + if named { self.speaker_share } else { 0.0 }
+                let dated = dates.as_ref().is_some_and(|d| d.contains(h.memory.occurred_at));
+                own[&id]
+                    + self.neighbour_share * neighbour
+                    + if named { self.speaker_share } else { 0.0 }
+                    + if dated { self.date_share } else { 0.0 }
             })
             .collect();
         if self.relative_relevance {

@@ -74,6 +74,8 @@ pub struct MemoryService {
     pub neighbour_share: f64,
     /// Relevance added to a memory whose speaker the query names.
     pub speaker_share: f64,
+    /// Relevance added to a memory within a date the query names.
+    pub date_share: f64,
     /// Persistent relevance spread from the median candidate's to the best's.
     pub relative_relevance: bool,
     /// Candidates scored before context packing.

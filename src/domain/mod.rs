@@ -23,6 +23,7 @@ pub mod share;
 pub mod speaker;
 pub mod tokens;
 pub mod validate;
+pub mod when;
 pub mod words;
 
 pub use memory::{EventType, Memory, MemoryPatch, NewMemory, Outcome, Retention, Tier, WrittenMemory};

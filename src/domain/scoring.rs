@@ -30,6 +30,9 @@ pub const NEIGHBOUR_SHARE: f64 = 0.3;
 /// Default relevance added to a memory whose speaker the query names
 /// (`search.speaker_share`, `domain::speaker`).
 pub const SPEAKER_SHARE: f64 = 0.2;
+/// Default relevance added to a memory that occurred within a date the
+/// query names (`search.date_share`, `domain::when`).
+pub const DATE_SHARE: f64 = 0.2;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

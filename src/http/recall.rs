@@ -215,7 +215,10 @@ fn search_params(
 /// both legs ran, every candidate scored on both (one leg alone otherwise),
 /// plus 0.3 of what the better neighbouring episode's has above the median
 /// candidate's, plus 0.2 when the query names the memory's speaker
-/// (metadata.speaker, or a "Name: " prefix of its content), then spread from
+/// (metadata.speaker, or a "Name: " prefix of its content), plus 0.2 when
+/// the memory's occurred_at falls on a date the query names ("on 7 July,
+/// 2023", "in August 2023", "in 2022": a day is taken with a day either
+/// side, a month or a year whole), then spread from
 /// 0 at the median candidate to 1 at the best (working memory: the share of query
 /// words it contains); recency = 0.5^(age_days / 7) from occurred_at;
 /// importance as stored; frequency = min(1, ln(1 + access_count) / ln 50),

@@ -551,6 +551,51 @@ async fn a_question_about_a_speaker_finds_their_own_words_before_replies_naming_
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
+/// A question that names a date finds what happened then: four turns about
+/// the same dinner on four dates, alike to every question but for the date,
+/// which is in none of their words (`domain::when`).
+#[tokio::test]
+async fn a_question_that_names_a_date_finds_what_happened_then() {
+    let turns = [
+        ("2023-05-03T18:00:00Z", "Maria: We made a big pot of lasagna for the dinner at the shelter tonight."),
+        ("2023-06-14T18:30:00Z", "Maria: Tonight the shelter dinner was chili, and I cooked it with my mom."),
+        ("2023-07-07T19:00:00Z", "Maria: I cooked a spicy curry for the shelter's dinner, everyone loved it."),
+        ("2023-08-20T17:45:00Z", "Maria: For the shelter dinner I tried paella for the first time."),
+    ];
+    let questions = [
+        ("What did Maria cook for the shelter dinner on 7 July, 2023?", 2),
+        ("What did Maria cook for the shelter dinner on June 14th 2023?", 1),
+        ("What did Maria cook for the shelter in May 2023?", 0),
+        ("What did Maria cook for the shelter dinner on 2023-08-20?", 3),
+    ];
+    let db = if embedded() { None } else { Some(fresh_database().await) };
+    let app = spawn_app_with(|c| {
+        use_local_model(c);
+        if let Some(db) = &db {
+            c.database.url = db.clone();
+        }
+    })
+    .await;
+    let batch: Vec<Value> = turns
+        .iter()
+        .map(|(at, content)| json!({"agent_id": "diary", "tier": "episodic", "content": content, "occurred_at": at}))
+        .collect();
+    app.write(json!({"memories": batch})).await;
+    let mut wrong = Vec::new();
+    for (question, answer) in questions {
+        let results = search(&app, json!({"agent_id": "diary", "query": question, "top_k": 3})).await;
+        let first = contents(&results).into_iter().next().unwrap_or_default();
+        if first != turns[answer].1 {
+            wrong.push(format!("{question:?}: {first:?} came first, not {:?}", turns[answer].1));
+        }
+    }
+    drop(app);
+    if let Some(db) = db {
+        drop_database(&db).await;
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
 /// The scopes of search and context: the agent's memories only; with a user,
 /// that user's and those of no user (the agent's own knowledge, its skills),
 /// never another user's. Listing with `user_id` filters exactly.
