@@ -422,6 +422,41 @@ async fn a_reply_is_found_through_the_turn_before_it() {
     assert!(kept.contains(&turns[0].to_string()) && !kept.contains(&turns[1].to_string()), "{kept:?}");
 }
 
+/// An app with the bundled model on a database of its own (the embedded
+/// backend gets a data directory of its own anyway), and that database.
+async fn app_with_model() -> (TestApp, Option<String>) {
+    let db = if embedded() { None } else { Some(fresh_database().await) };
+    let app = spawn_app_with(|c| {
+        use_local_model(c);
+        if let Some(db) = &db {
+            c.database.url = db.clone();
+        }
+    })
+    .await;
+    (app, db)
+}
+
+async fn finish(app: TestApp, db: Option<String>) {
+    drop(app);
+    if let Some(db) = db {
+        drop_database(&db).await;
+    }
+}
+
+/// The questions whose answer (the memory's content) did not come first in
+/// the agent's search, each said with what came first instead.
+async fn not_first(app: &TestApp, agent: &str, questions: &[(&str, &str)]) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for (question, answer) in questions {
+        let results = search(app, json!({"agent_id": agent, "query": question, "top_k": 3})).await;
+        let first = contents(&results).into_iter().next().unwrap_or_default();
+        if first != *answer {
+            wrong.push(format!("{question:?}: {first:?} came first, not {answer:?}"));
+        }
+    }
+    wrong
+}
+
 /// Small stores where one name or topic is in every memory and each question
 /// has one right answer: it must come first on either backend, with the
 /// server's defaults and the bundled model.
@@ -468,30 +503,15 @@ async fn a_word_in_every_memory_does_not_decide_and_the_right_answer_comes_first
             ],
         ),
     ];
-    let db = if embedded() { None } else { Some(fresh_database().await) };
-    let app = spawn_app_with(|c| {
-        use_local_model(c);
-        if let Some(db) = &db {
-            c.database.url = db.clone();
-        }
-    })
-    .await;
+    let (app, db) = app_with_model().await;
     let mut wrong = Vec::new();
     for (agent, memories, questions) in stores {
         let batch: Vec<Value> = memories.iter().map(|m| json!({"agent_id": agent, "content": m})).collect();
         app.write(json!({"memories": batch})).await;
-        for (question, answer) in questions {
-            let results = search(&app, json!({"agent_id": agent, "query": question, "top_k": 3})).await;
-            let first = contents(&results).into_iter().next().unwrap_or_default();
-            if first != memories[*answer] {
-                wrong.push(format!("{question:?}: {first:?} came first, not {:?}", memories[*answer]));
-            }
-        }
+        let asked: Vec<(&str, &str)> = questions.iter().map(|(q, a)| (*q, memories[*a])).collect();
+        wrong.extend(not_first(&app, agent, &asked).await);
     }
-    drop(app);
-    if let Some(db) = db {
-        drop_database(&db).await;
-    }
+    finish(app, db).await;
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
@@ -520,14 +540,7 @@ async fn a_question_about_a_speaker_finds_their_own_words_before_replies_naming_
         ("What does Maria keep on her roof?", 6),
         ("Who is visiting Maria next month?", 8),
     ];
-    let db = if embedded() { None } else { Some(fresh_database().await) };
-    let app = spawn_app_with(|c| {
-        use_local_model(c);
-        if let Some(db) = &db {
-            c.database.url = db.clone();
-        }
-    })
-    .await;
+    let (app, db) = app_with_model().await;
     let batch: Vec<Value> = turns
         .iter()
         .map(|(speaker, content)| match speaker {
@@ -536,18 +549,9 @@ async fn a_question_about_a_speaker_finds_their_own_words_before_replies_naming_
         })
         .collect();
     app.write(json!({"memories": batch})).await;
-    let mut wrong = Vec::new();
-    for (question, answer) in questions {
-        let results = search(&app, json!({"agent_id": "chat", "query": question, "top_k": 3})).await;
-        let first = contents(&results).into_iter().next().unwrap_or_default();
-        if first != turns[answer].1 {
-            wrong.push(format!("{question:?}: {first:?} came first, not {:?}", turns[answer].1));
-        }
-    }
-    drop(app);
-    if let Some(db) = db {
-        drop_database(&db).await;
-    }
+    let asked: Vec<(&str, &str)> = questions.iter().map(|(q, a)| (*q, turns[*a].1)).collect();
+    let wrong = not_first(&app, "chat", &asked).await;
+    finish(app, db).await;
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
@@ -568,31 +572,15 @@ async fn a_question_that_names_a_date_finds_what_happened_then() {
         ("What did Maria cook for the shelter in May 2023?", 0),
         ("What did Maria cook for the shelter dinner on 2023-08-20?", 3),
     ];
-    let db = if embedded() { None } else { Some(fresh_database().await) };
-    let app = spawn_app_with(|c| {
-        use_local_model(c);
-        if let Some(db) = &db {
-            c.database.url = db.clone();
-        }
-    })
-    .await;
+    let (app, db) = app_with_model().await;
     let batch: Vec<Value> = turns
         .iter()
         .map(|(at, content)| json!({"agent_id": "diary", "tier": "episodic", "content": content, "occurred_at": at}))
         .collect();
     app.write(json!({"memories": batch})).await;
-    let mut wrong = Vec::new();
-    for (question, answer) in questions {
-        let results = search(&app, json!({"agent_id": "diary", "query": question, "top_k": 3})).await;
-        let first = contents(&results).into_iter().next().unwrap_or_default();
-        if first != turns[answer].1 {
-            wrong.push(format!("{question:?}: {first:?} came first, not {:?}", turns[answer].1));
-        }
-    }
-    drop(app);
-    if let Some(db) = db {
-        drop_database(&db).await;
-    }
+    let asked: Vec<(&str, &str)> = questions.iter().map(|(q, a)| (*q, turns[*a].1)).collect();
+    let wrong = not_first(&app, "diary", &asked).await;
+    finish(app, db).await;
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
