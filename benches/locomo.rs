@@ -7,6 +7,7 @@
 //!
 //!   cargo bench --bench locomo -- --data conversations.json --url http://127.0.0.1:18080
 //!       [--api-key K] [--conversations conv-26,conv-30] [--diagnose 10] [--dump answers.jsonl]
+//!       [--context-budgets 1000,4000]
 //!
 //! The data is a LoCoMo JSON file (snap-research, CC BY-NC 4.0; read, never
 //! copied): a list of samples with `sample_id`, `conversation` (`session_N` =
@@ -33,6 +34,12 @@
 //! memory it returns, and the frequency component of the default score grows
 //! with it. Questions are therefore asked in file order, once each, so that
 //! runs are comparable.
+//!
+//! `--context-budgets B,...` asks `/v1/context` for every question after the
+//! searches (so their figures are unaffected), once per budget of B tokens
+//! (`output_reserve_tokens` 0, no system prompt), and reports the share of
+//! evidence turns the packed context holds, averaged over questions like
+//! recall@k, with the context's latency.
 //!
 //! `--diagnose N` asks every question again after the measurement (so the
 //! numbers above are unaffected) with other weights: the defaults without
@@ -86,6 +93,10 @@ struct Args {
     /// against after them. Recall from such a run mixes both states.
     #[arg(long, conflicts_with = "consolidate")]
     consolidate_during: bool,
+    /// After the searches: for every question, `/v1/context` at each of these
+    /// budgets (tokens), and the share of its evidence turns packed.
+    #[arg(long, value_delimiter = ',', value_name = "TOKENS")]
+    context_budgets: Vec<i64>,
     /// `cargo bench` passes this to every bench binary; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -265,9 +276,11 @@ impl Api {
         Ok((serde_json::from_slice(&bytes).with_context(|| format!("POST {path}: the answer is not JSON"))?, elapsed))
     }
 
-    async fn write(&self, loaded: &Loaded) -> anyhow::Result<()> {
+    /// Writes every turn; returns each memory's dia_id by its id.
+    async fn write(&self, loaded: &Loaded) -> anyhow::Result<HashMap<String, String>> {
         let total: usize = loaded.conversations.iter().map(|c| c.memories.len()).sum();
         let mut written = 0;
+        let mut dia_ids = HashMap::with_capacity(total);
         let started = Instant::now();
         // A bar on a terminal; elsewhere a line per conversation.
         let bar = engram::progress::items("written", Some(total as u64));
@@ -290,9 +303,14 @@ impl Api {
                     .post("/v1/memories", &json!({ "memories": memories }))
                     .await
                     .with_context(|| format!("writing {}", c.sample_id))?;
-                let n = answer.get("memories").and_then(Value::as_array).map_or(0, Vec::len);
+                let written_now = answer.get("memories").and_then(Value::as_array).cloned().unwrap_or_default();
+                let n = written_now.len();
                 if n != chunk.len() {
                     bail!("writing {}: sent {} memories, the server answered {n}", c.sample_id, chunk.len());
+                }
+                for (m, sent) in written_now.iter().zip(chunk) {
+                    let id = m.get("id").and_then(Value::as_str).context("a written memory has no id")?;
+                    dia_ids.insert(id.to_string(), sent.dia_id.clone());
                 }
                 written += n;
                 bar.inc(n as u64);
@@ -302,7 +320,22 @@ impl Api {
             }
         }
         bar.finish_and_clear();
-        Ok(())
+        Ok(dia_ids)
+    }
+
+    /// The ids of the memories one context packed within `budget` tokens.
+    async fn context(&self, c: &Conversation, query: &str, budget: i64) -> anyhow::Result<(Vec<String>, Duration)> {
+        let body = json!({"agent_id": c.agent_id, "user_id": c.sample_id, "query": query,
+            "max_context_tokens": budget, "output_reserve_tokens": 0});
+        let (answer, latency) = self.post("/v1/context", &body).await?;
+        let sections = answer.get("sections").and_then(Value::as_object).context("no sections in the answer")?;
+        let ids = sections
+            .values()
+            .filter_map(Value::as_array)
+            .flatten()
+            .filter_map(|item| item.get("id").and_then(Value::as_str).map(str::to_string))
+            .collect();
+        Ok((ids, latency))
     }
 
     async fn get(&self, path: &str) -> anyhow::Result<Value> {
@@ -755,7 +788,7 @@ async fn main() -> anyhow::Result<()> {
     let api = Api { client, base };
 
     eprintln!("writing {turns} turns in batches of {BATCH}");
-    api.write(&loaded).await?;
+    let dia_ids = api.write(&loaded).await?;
 
     let consolidated = match args.consolidate {
         true => {
@@ -841,6 +874,56 @@ async fn main() -> anyhow::Result<()> {
             let (n, p50, p95) = split(flag);
             println!("| {name} | {n} | {p50:.1} | {p95:.1} |");
         }
+    }
+
+    if !args.context_budgets.is_empty() {
+        let mut table = String::from(
+            "| subset | budget tokens | questions | evidence packed | memories packed mean | p50 ms | p95 ms |\n\
+             |---|---:|---:|---:|---:|---:|---:|\n",
+        );
+        for &budget in &args.context_budgets {
+            eprintln!("asking {} questions for a context of {budget} tokens", loaded.questions.len());
+            let mut asked = Vec::with_capacity(loaded.questions.len());
+            for q in &loaded.questions {
+                let c = &loaded.conversations[q.conversation];
+                let (ids, latency) = api
+                    .context(c, &q.text, budget)
+                    .await
+                    .with_context(|| format!("{}: context for {:?}", c.sample_id, q.text))?;
+                let packed: HashSet<&str> = ids.iter().filter_map(|id| dia_ids.get(id)).map(String::as_str).collect();
+                let share =
+                    q.evidence.iter().filter(|e| packed.contains(e.as_str())).count() as f64 / q.evidence.len() as f64;
+                asked.push((share, ids.len(), latency.as_secs_f64() * 1e3));
+            }
+            for (name, ids) in subsets() {
+                let mine: Vec<&(f64, usize, f64)> = loaded
+                    .questions
+                    .iter()
+                    .zip(&asked)
+                    .filter(|(q, _)| in_subset(&loaded.conversations[q.conversation].sample_id, ids))
+                    .map(|(_, a)| a)
+                    .collect();
+                if mine.is_empty() {
+                    continue;
+                }
+                let n = mine.len() as f64;
+                let mut ms: Vec<f64> = mine.iter().map(|a| a.2).collect();
+                ms.sort_by(f64::total_cmp);
+                table.push_str(&format!(
+                    "| {name} | {budget} | {} | {:.3} | {:.1} | {:.1} | {:.1} |\n",
+                    mine.len(),
+                    mine.iter().map(|a| a.0).sum::<f64>() / n,
+                    mine.iter().map(|a| a.1 as f64).sum::<f64>() / n,
+                    percentile(&ms, 50.0),
+                    percentile(&ms, 95.0)
+                ));
+            }
+        }
+
+        println!();
+        println!("Context: share of evidence turns packed, and latency (client, concurrency 1)");
+        println!();
+        print!("{table}");
     }
 
     let passes = match args.diagnose {

@@ -7,6 +7,7 @@
 #   scripts/bench-locomo.sh DATA --conversations conv-26,conv-30 --diagnose 10
 #   scripts/bench-locomo.sh DATA ENGRAM_CONSOLIDATION__MIN_AGE_SECS=0 --consolidate
 #                                                                 recall after consolidation
+#   scripts/bench-locomo.sh DATA --context-budgets 1000,4000      and the evidence /v1/context packs
 # DATA is a LoCoMo JSON file (e.g. conversations-dev.json; CC BY-NC 4.0): it is read,
 # never copied. Arguments of the form NAME=VALUE are given to the server's environment
 # (the embedding provider comes from ENGRAM_EMBEDDING__PROVIDER, in the environment or
