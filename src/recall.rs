@@ -78,6 +78,7 @@ pub struct Timings {
     /// Reading the episodes next to the best episodic candidates.
     pub neighbours_ms: f64,
     pub working_ms: f64,
+    /// Weighing the candidates' words, fusing, scoring and deduplicating.
     pub scoring_ms: f64,
     pub total_ms: f64,
 }
@@ -228,7 +229,7 @@ struct TextWeights {
 
 impl TextWeights {
     fn new(query: &str, hits: &[Hit]) -> TextWeights {
-        let terms = QueryTerms::new(query);
+        let mut terms = QueryTerms::new(query);
         let matches: HashMap<Uuid, u64> = hits.iter().map(|h| (h.memory.id, terms.matches(&body(&h.memory)))).collect();
         let weights = TermWeights::new(terms.len(), matches.values().copied());
         TextWeights { terms, matches, weights }
@@ -392,7 +393,10 @@ impl MemoryService {
         // a question often shares no word with it ("Adoption agencies.")
         // while the turn before it does ("What did you research?").
         let mut hits = legs.hits;
+        // Weighing the candidates' words is part of the scoring's time.
+        let weighing = Instant::now();
         let mut text = TextWeights::new(&p.query, &hits);
+        let weighing = weighing.elapsed();
         let mut next_to: HashMap<Uuid, Vec<Uuid>> = HashMap::new();
         let anchors = self.anchors(&hits, &text, legs.vector_leg, legs.text_leg, keep);
         if !anchors.is_empty() {
@@ -487,7 +491,7 @@ impl MemoryService {
         });
         let mut slots: Vec<Option<Scored>> = scored.into_iter().map(Some).collect();
         let scored = self.dedup(order.into_iter().filter_map(|i| slots[i].take()), keep, total);
-        timings.scoring_ms = t.elapsed().as_secs_f64() * 1e3;
+        timings.scoring_ms = (t.elapsed() + weighing).as_secs_f64() * 1e3;
         timings.total_ms = started.elapsed().as_secs_f64() * 1e3;
         Ok((scored, timings, warnings))
     }

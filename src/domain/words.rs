@@ -85,19 +85,19 @@ pub fn body_of<'a>(tier: Tier, content: &'a str, skill_name: Option<&str>, trigg
     }
 }
 
-/// Calls `f` with each search term of `text`: its words that are not stop
-/// words, stemmed.
-pub fn each_term(text: &str, mut f: impl FnMut(&str)) {
-    tokens(text, |word, stop| {
-        if !stop {
-            f(&STEMMER.stem(word));
-        }
-    });
-}
-
 /// A query's search terms (at most `MAX_TERMS`, in order of appearance),
 /// matched against candidates' texts.
-pub struct QueryTerms(Vec<String>);
+///
+/// Each distinct word is stemmed once and remembered: a context weighs
+/// about a thousand candidates of a few hundred words each, which share most
+/// of their words, and stemming every occurrence was the larger part of its
+/// scoring.
+pub struct QueryTerms {
+    terms: Vec<String>,
+    /// Lowercased word -> the bit of the term it stems to (0: none, or a
+    /// stop word).
+    seen: foldhash::HashMap<String, u64>,
+}
 
 /// Query terms beyond this many are not weighed (a question has a handful).
 pub const MAX_TERMS: usize = 64;
@@ -106,27 +106,40 @@ impl QueryTerms {
     pub fn new(query: &str) -> QueryTerms {
         let mut terms = query_terms(query);
         terms.truncate(MAX_TERMS);
-        QueryTerms(terms)
+        QueryTerms { terms, seen: foldhash::HashMap::default() }
     }
 
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.terms.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.terms.is_empty()
     }
 
     /// Which of the terms `text` holds: bit i for term i.
-    pub fn matches(&self, text: &str) -> u64 {
+    pub fn matches(&mut self, text: &str) -> u64 {
         let mut mask = 0u64;
-        if self.0.is_empty() {
+        if self.terms.is_empty() {
             return mask;
         }
-        each_term(text, |t| {
-            if let Some(i) = self.0.iter().position(|q| q == t) {
-                mask |= 1 << i;
-            }
+        let (terms, seen) = (&self.terms, &mut self.seen);
+        tokens(text, |word, stop| {
+            let bit = match seen.get(word) {
+                Some(&bit) => bit,
+                None => {
+                    let bit = match stop {
+                        true => 0,
+                        false => {
+                            let stem = STEMMER.stem(word);
+                            terms.iter().position(|q| *q == stem).map_or(0, |i| 1 << i)
+                        }
+                    };
+                    seen.insert(word.to_string(), bit);
+                    bit
+                }
+            };
+            mask |= bit;
         });
         mask
     }
@@ -181,15 +194,18 @@ mod tests {
     #[test]
     fn terms_are_stemmed_without_stop_words() {
         assert_eq!(query_terms("What does Alice do for a living?"), ["alic", "live"]);
-        let q = QueryTerms::new("What does Alice do for a living?");
+        let mut q = QueryTerms::new("What does Alice do for a living?");
         assert_eq!(q.matches("Alice lives in Porto."), 0b11);
         assert_eq!(q.matches("Alice works as a nurse."), 0b01);
         assert_eq!(q.matches("Bob is a carpenter."), 0);
+        // Remembered words match as when first seen.
+        assert_eq!(q.matches("ALICE LIVED; Alice's living."), 0b11);
+        assert_eq!(q.matches("alive"), 0);
     }
 
     #[test]
     fn a_term_every_candidate_holds_weighs_little() {
-        let q = QueryTerms::new("What is Alice allergic to?");
+        let mut q = QueryTerms::new("What is Alice allergic to?");
         let docs = [
             "Alice works as a nurse.",
             "Alice is allergic to peanuts.",
