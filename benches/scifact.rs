@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Parser;
 use engram::config::{LocalConfig, LocalRuntime};
-use engram::embed::Embedder;
 use engram::embed::local::{LocalEmbedder, MiniLm};
+use engram::embed::{Embedder, Lane};
 
 #[derive(Parser, Debug)]
 #[command(about = "SciFact nDCG@10 and speed of the local embedder")]
@@ -46,6 +46,10 @@ struct Args {
     /// embedding.local.threads
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// Queries (the claims) with the f32 products, as stored texts are
+    /// embedded (`embedding.local.int8_queries = false`).
+    #[arg(long)]
+    f32_queries: bool,
     /// embedding.local.max_batch
     #[arg(long, default_value_t = 32)]
     max_batch: usize,
@@ -131,6 +135,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         model_dir: args.model_dir.clone(),
         runtime: args.runtime.into(),
         threads: args.threads,
+        int8_queries: !args.f32_queries,
         batch_window_ms: args.batch_window_ms,
         max_batch: args.max_batch,
         ..LocalConfig::default()
@@ -138,10 +143,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let t = Instant::now();
     let embedder = Arc::new(LocalEmbedder::new(&config)?);
     println!(
-        "model {} loaded and verified in {:.2} s (threads {}, max_batch {}, batch_window_ms {})",
+        "model {} loaded and verified in {:.2} s (threads {}, int8 queries {}, max_batch {}, batch_window_ms {})",
         embedder.model_id(),
         t.elapsed().as_secs_f64(),
         args.threads,
+        !args.f32_queries,
         args.max_batch,
         args.batch_window_ms
     );
@@ -190,7 +196,8 @@ async fn score_embedder(
     let t = Instant::now();
     let mut doc_vectors = Vec::with_capacity(texts.len());
     for chunk in texts.chunks(args.call_size.max(1)) {
-        doc_vectors.extend(embedder.embed(chunk).await?);
+        // Documents as the server stores memories; the claims as its queries.
+        doc_vectors.extend(embedder.embed_in(chunk, Lane::Background).await?);
     }
     let secs = t.elapsed().as_secs_f64();
     println!(

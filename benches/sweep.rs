@@ -29,8 +29,8 @@ use anyhow::{Context, bail};
 use chrono::Utc;
 use clap::{Parser, Subcommand};
 use engram::config::{LocalConfig, LocalRuntime};
-use engram::embed::Embedder;
 use engram::embed::local::LocalEmbedder;
+use engram::embed::{Embedder, Lane};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
@@ -120,7 +120,7 @@ async fn generate(
     let t = Instant::now();
     let mut vectors = Vec::with_capacity(bases.len());
     for chunk in bases.chunks(64) {
-        vectors.extend(embedder.embed(chunk).await?);
+        vectors.extend(embedder.embed_in(chunk, Lane::Background).await?);
     }
     eprintln!("sweep: embedded {} sentences in {:.1} s", bases.len(), t.elapsed().as_secs_f64());
 

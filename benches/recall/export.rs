@@ -15,7 +15,7 @@ use anyhow::Context;
 use chrono::{DateTime, Duration, Utc};
 use engram::domain::Tier;
 use engram::domain::memory::namespace;
-use engram::embed::Embedder;
+use engram::embed::{Embedder, Lane};
 use engram::transfer::{FORMAT, VERSION};
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -80,7 +80,7 @@ pub async fn write(
     for (done, chunk) in order.chunks(EMBED_CHUNK).enumerate() {
         let texts: Vec<String> =
             chunk.iter().map(|&i| records[i]["content"].as_str().unwrap_or_default().to_string()).collect();
-        let vectors = embedder.embed(&texts).await.context("embedding the data set")?;
+        let vectors = embedder.embed_in(&texts, Lane::Background).await.context("embedding the data set")?;
         for (&i, v) in chunk.iter().zip(vectors) {
             records[i]["vector"] = json!(v);
         }

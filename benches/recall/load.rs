@@ -25,7 +25,7 @@ use engram::config::RedisConfig;
 use engram::domain::content::content_hash;
 use engram::domain::memory::namespace;
 use engram::domain::{Retention, Tier};
-use engram::embed::Embedder;
+use engram::embed::{Embedder, Lane};
 use engram::store::WorkingMemory;
 use engram::store::postgres::{PgStore, index_name};
 use engram::store::redis::RedisStore;
@@ -473,7 +473,7 @@ async fn cached_vectors(
     let mut done = 0usize;
     for chunk in missing.chunks(EMBED_BATCH) {
         let batch: Vec<String> = chunk.iter().map(|(_, t)| t.to_string()).collect();
-        let embedded = embedder.embed(&batch).await.context("embedding the data set")?;
+        let embedded = embedder.embed_in(&batch, Lane::Background).await.context("embedding the data set")?;
         let hashes: Vec<&str> = chunk.iter().map(|(h, _)| h.as_str()).collect();
         let embedded: Vec<pgvector::Vector> = embedded.into_iter().map(pgvector::Vector::from).collect();
         sqlx::query(

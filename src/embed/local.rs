@@ -5,8 +5,13 @@
 //! - `onnx-int8` (default), model id `all-MiniLM-L6-v2-int8`: the model
 //!   exported to ONNX with int8 weights, on ONNX Runtime, whose shared library
 //!   is loaded from the model directory at start (`ort` with `load-dynamic`:
-//!   nothing is linked or downloaded at build time). About 7 ms for a short
-//!   query on one core, against about 15 ms for candle.
+//!   nothing is linked or downloaded at build time). The export computes its
+//!   products in f32 (its weights are turned back into floats); the query
+//!   worker instead runs them in int8 on the same weights
+//!   (`embedding.local.int8_queries`, [`Products::Int8`]), which halves a
+//!   query's embedding time. Stored memories are always embedded with the f32
+//!   products, so the stored vectors are the export's own, and a query's vector
+//!   differs from its f32 one only by the rounding of its activations.
 //! - `candle`, model id `all-MiniLM-L6-v2`: the original f32 weights on
 //!   candle, pure Rust, for platforms the fetched ONNX Runtime does not run on.
 //!
@@ -128,6 +133,18 @@ fn onnx_environment(path: &Path) -> anyhow::Result<Environment> {
     Ok(ENVIRONMENT.get_or_init(|| env).clone())
 }
 
+/// How the ONNX graph computes its weight products.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Products {
+    /// As the export does: the int8 weights turned back into floats, f32
+    /// products. Every stored vector is made this way.
+    F32,
+    /// Int8 products on the same weights, the activations quantized at each
+    /// call (src/embed/int8_products.rs): about half the time, and vectors
+    /// within a cosine of about 0.99 of the f32 ones. For queries.
+    Int8,
+}
+
 /// What computes the token vectors.
 enum Runtime {
     Candle(Box<BertModel>),
@@ -140,6 +157,7 @@ enum Runtime {
 /// is the async, batching front; benchmarks may use this directly.
 pub struct MiniLm {
     runtime: Runtime,
+    products: Products,
     tokenizer: Tokenizer,
     cls: u32,
     sep: u32,
@@ -151,6 +169,12 @@ impl MiniLm {
     /// `threads` threads (candle runs in the caller's rayon pool). Takes
     /// about half a second, most of it hashing the weights.
     pub fn load(dir: &Path, runtime: LocalRuntime, threads: usize) -> anyhow::Result<Self> {
+        Self::load_with(dir, runtime, threads, Products::F32)
+    }
+
+    /// [`MiniLm::load`] with the weight products of `products` (candle
+    /// always computes in f32).
+    pub fn load_with(dir: &Path, runtime: LocalRuntime, threads: usize, products: Products) -> anyhow::Result<Self> {
         let mut tokenizer = Tokenizer::from_bytes(read_verified(dir, TOKENIZER)?)
             .map_err(|e| anyhow::anyhow!("tokenizer.json: {e}"))?;
         // Windows and padding are done here (see the module comment), not by the
@@ -172,7 +196,14 @@ impl MiniLm {
             LocalRuntime::OnnxInt8 => {
                 // Checked before it is loaded: a library runs code when opened.
                 read_verified(dir, ONNX_RUNTIME)?;
-                let model = read_verified(dir, ONNX_MODEL)?;
+                let mut model = read_verified(dir, ONNX_MODEL)?;
+                if products == Products::Int8 {
+                    let (rewritten, changed) = super::int8_products::rewrite(&model)
+                        .with_context(|| format!("rewriting {} for int8 products", ONNX_MODEL.0))?;
+                    // The pinned export has six linear layers in each of its six blocks.
+                    anyhow::ensure!(changed == 36, "{}: {changed} int8 products instead of 36", ONNX_MODEL.0);
+                    model = rewritten;
+                }
                 let env = onnx_environment(&dir.join(ONNX_RUNTIME.0))?;
                 let session = Session::builder(&env)
                     .and_then(|b| Ok(b.with_intra_threads(threads)?))
@@ -185,7 +216,8 @@ impl MiniLm {
                 Runtime::Onnx(Mutex::new(session))
             }
         };
-        Ok(Self { runtime, tokenizer, cls, sep, pad })
+        let products = if matches!(runtime, Runtime::Onnx(_)) { products } else { Products::F32 };
+        Ok(Self { runtime, products, tokenizer, cls, sep, pad })
     }
 
     /// The id of the vector space this model's vectors live in.
@@ -251,6 +283,16 @@ impl MiniLm {
         &self,
         seqs: impl ExactSizeIterator<Item = &'a [u32]> + Clone,
     ) -> anyhow::Result<Vec<Vec<f32>>> {
+        // Int8 products quantize a pass's activations with one scale for the
+        // whole pass, so a text's vector would depend on what it was batched
+        // with (and on the padding): each sequence gets a pass of its own.
+        if self.products == Products::Int8 && seqs.len() > 1 {
+            let mut out = Vec::with_capacity(seqs.len());
+            for seq in seqs {
+                out.extend(self.forward(std::iter::once(seq))?);
+            }
+            return Ok(out);
+        }
         let n = seqs.len();
         let len = seqs.clone().map(<[u32]>::len).max().unwrap_or(0);
         let mut ids = Vec::with_capacity(n * len);
@@ -454,8 +496,9 @@ impl LocalEmbedder {
             write_step_tokens: config.write_step_tokens.max(1),
         };
         let load = Arc::new(Load::default());
-        let (queries, model_id) = start_worker(config, "query", settings, load.clone())?;
-        let (writes, _) = start_worker(config, "write", settings, load.clone())?;
+        let query_products = if config.int8_queries { Products::Int8 } else { Products::F32 };
+        let (queries, model_id) = start_worker(config, "query", query_products, settings, load.clone())?;
+        let (writes, _) = start_worker(config, "write", Products::F32, settings, load.clone())?;
         Ok(Self {
             queries,
             writes,
@@ -496,11 +539,12 @@ impl LocalEmbedder {
 fn start_worker(
     config: &LocalConfig,
     name: &str,
+    products: Products,
     settings: Settings,
     load: Arc<Load>,
 ) -> anyhow::Result<(mpsc::Sender<Job>, &'static str)> {
     let dir = PathBuf::from(&config.model_dir);
-    let model = MiniLm::load(&dir, config.runtime, config.threads).with_context(|| {
+    let model = MiniLm::load_with(&dir, config.runtime, config.threads, products).with_context(|| {
         format!("loading the local embedding model from {} (embedding.local.model_dir)", dir.display())
     })?;
     let pool = rayon::ThreadPoolBuilder::new()
@@ -608,7 +652,11 @@ pub(super) mod tests {
         ] {
             let e = embedder(runtime);
             assert_eq!((e.model_id(), e.dimensions()), (id, 384));
-            let v = e.embed(&strings(&["The user prefers dark mode", "User likes dark themes"])).await.unwrap();
+            // As stored memories are embedded (the query worker's products are tested below).
+            let v = e
+                .embed_in(&strings(&["The user prefers dark mode", "User likes dark themes"]), Lane::Background)
+                .await
+                .unwrap();
             assert_eq!(v[0].len(), 384);
             assert!((cosine(&v[0], &v[0]) - 1.0).abs() < 1e-5);
             let c = cosine(&v[0], &v[1]);
@@ -624,11 +672,62 @@ pub(super) mod tests {
             "Vitamin D supplementation did not reduce the risk of fractures in older adults.",
             "ok",
         ]);
-        let int8 = embedder(LocalRuntime::OnnxInt8).embed(&texts).await.unwrap();
-        let f32s = embedder(LocalRuntime::Candle).embed(&texts).await.unwrap();
+        let int8 = embedder(LocalRuntime::OnnxInt8).embed_in(&texts, Lane::Background).await.unwrap();
+        let f32s = embedder(LocalRuntime::Candle).embed_in(&texts, Lane::Background).await.unwrap();
         for (i, (a, b)) in int8.iter().zip(&f32s).enumerate() {
             let c = cosine(a, b);
             assert!(c > 0.97, "text {i}: cosine {c} between the int8 and f32 vectors");
+        }
+    }
+
+    #[test]
+    fn int8_products_keep_the_reference_cosine_and_stay_close_to_f32() {
+        let dir = model_dir();
+        let int8 =
+            MiniLm::load_with(&dir, LocalRuntime::OnnxInt8, 1, Products::Int8).expect("the rewritten graph loads");
+        let f32s = MiniLm::load(&dir, LocalRuntime::OnnxInt8, 1).unwrap();
+        // Against the onnxruntime Python package on the same rewritten graph.
+        let v = int8.embed(&["The user prefers dark mode", "User likes dark themes"], 32).unwrap();
+        let c = cosine(&v[0], &v[1]);
+        assert!((c - 0.7019).abs() < 0.0005, "cosine {c}");
+        let texts = [
+            "The user prefers dark mode",
+            "Flight to Lisbon booked for the 3rd of May, aisle seat.",
+            "Vitamin D supplementation did not reduce the risk of fractures in older adults.",
+            "ok",
+            "What does Alice do for a living?",
+        ];
+        let (a, b) = (int8.embed(&texts, 32).unwrap(), f32s.embed(&texts, 32).unwrap());
+        // The rounding weighs most on the shortest texts ("ok": 0.977).
+        let cosines: Vec<f32> = a.iter().zip(&b).map(|(a, b)| cosine(a, b)).collect();
+        assert!(cosines.iter().all(|&c| c > 0.97 && c < 0.99999), "cosines {cosines:?}");
+        assert!(cosines.iter().sum::<f32>() / cosines.len() as f32 > 0.985, "cosines {cosines:?}");
+        // One pass per sequence: a text's vector does not depend on its batch.
+        let alone = int8.embed(&texts[1..2], 32).unwrap();
+        assert_eq!(alone[0], a[1]);
+    }
+
+    #[tokio::test]
+    async fn queries_take_int8_products_and_writes_f32_unless_configured() {
+        let text = strings(&["Alice works night shifts as a nurse."]);
+        let write = Lane::Write { tenant: "t" };
+        for int8_queries in [true, false] {
+            let config = LocalConfig {
+                model_dir: model_dir().to_string_lossy().into_owned(),
+                int8_queries,
+                ..LocalConfig::default()
+            };
+            let e = LocalEmbedder::new(&config).unwrap();
+            let q = e.embed_in(&text, Lane::Query).await.unwrap().remove(0);
+            let w = e.embed_in(&text, write).await.unwrap().remove(0);
+            let background = e.embed_in(&text, Lane::Background).await.unwrap().remove(0);
+            assert_eq!(w, background, "every stored vector comes from the f32 products");
+            let c = cosine(&q, &w);
+            if int8_queries {
+                assert!(c > 0.98 && c < 0.99999, "cosine {c}");
+            } else {
+                assert_eq!(q, w);
+            }
         }
     }
 

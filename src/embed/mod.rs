@@ -2,6 +2,7 @@
 //! the [`Embedder::model_id`] that made it, and only vectors of one model are
 //! ever compared.
 
+mod int8_products;
 pub mod lexical;
 pub mod local;
 pub mod openai;
