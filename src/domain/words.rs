@@ -94,9 +94,26 @@ pub fn body_of<'a>(tier: Tier, content: &'a str, skill_name: Option<&str>, trigg
 /// scoring.
 pub struct QueryTerms {
     terms: Vec<String>,
-    /// Lowercased word -> the bit of the term it stems to (0: none, or a
+    /// Per term, the only words that match it (with a plural "s"), when
+    /// the query used it as a noun in "-ing" (`noun_in_ing`); empty: any
+    /// word of its stem.
+    only: Vec<Vec<String>>,
+    /// Lowercased word -> the bit of the term it matches (0: none, or a
     /// stop word).
     seen: foldhash::HashMap<String, u64>,
+}
+
+/// Words that make the "-ing" word right after them a noun.
+const DETERMINERS: &[&str] =
+    &["a", "an", "the", "my", "your", "his", "her", "its", "our", "their", "this", "that", "these", "those"];
+
+/// Whether a query word is a noun in "-ing" ("a living", "the evening",
+/// "her painting"): the stemmer joins such a noun to words of another
+/// sense ("lives", "even"), so that it matches only itself and its plural.
+/// Told from the word before it; the same word as a verb ("she is
+/// painting") keeps every word of its stem.
+fn noun_in_ing(word: &str, previous: &str) -> bool {
+    word.len() > 5 && word.ends_with("ing") && DETERMINERS.contains(&previous)
 }
 
 /// Query terms beyond this many are not weighed (a question has a handful).
@@ -104,9 +121,29 @@ pub const MAX_TERMS: usize = 64;
 
 impl QueryTerms {
     pub fn new(query: &str) -> QueryTerms {
-        let mut terms = query_terms(query);
-        terms.truncate(MAX_TERMS);
-        QueryTerms { terms, seen: foldhash::HashMap::default() }
+        let mut terms: Vec<String> = Vec::new();
+        let mut only: Vec<Vec<String>> = Vec::new();
+        let mut previous = String::new();
+        tokens(query, |word, stop| {
+            if !stop {
+                let noun = noun_in_ing(word, &previous);
+                let stem = STEMMER.stem(word);
+                match terms.iter().position(|t| *t == stem) {
+                    // Used as a noun only when every use of its stem is one.
+                    Some(i) if noun && !only[i].is_empty() => only[i].push(word.to_string()),
+                    Some(i) if !noun => only[i].clear(),
+                    Some(_) => {}
+                    None if terms.len() < MAX_TERMS => {
+                        terms.push(stem.into_owned());
+                        only.push(if noun { vec![word.to_string()] } else { Vec::new() });
+                    }
+                    None => {}
+                }
+            }
+            previous.clear();
+            previous.push_str(word);
+        });
+        QueryTerms { terms, only, seen: foldhash::HashMap::default() }
     }
 
     pub fn len(&self) -> usize {
@@ -123,7 +160,7 @@ impl QueryTerms {
         if self.terms.is_empty() {
             return mask;
         }
-        let (terms, seen) = (&self.terms, &mut self.seen);
+        let (terms, only, seen) = (&self.terms, &self.only, &mut self.seen);
         tokens(text, |word, stop| {
             let bit = match seen.get(word) {
                 Some(&bit) => bit,
@@ -132,7 +169,13 @@ impl QueryTerms {
                         true => 0,
                         false => {
                             let stem = STEMMER.stem(word);
-                            terms.iter().position(|q| *q == stem).map_or(0, |i| 1 << i)
+                            let plural_of =
+                                |f: &String| word.strip_prefix(f.as_str()).is_some_and(|e| e.is_empty() || e == "s");
+                            terms
+                                .iter()
+                                .position(|q| *q == stem)
+                                .filter(|&i| only[i].is_empty() || only[i].iter().any(plural_of))
+                                .map_or(0, |i| 1 << i)
                         }
                     };
                     seen.insert(word.to_string(), bit);
@@ -194,13 +237,36 @@ mod tests {
     #[test]
     fn terms_are_stemmed_without_stop_words() {
         assert_eq!(query_terms("What does Alice do for a living?"), ["alic", "live"]);
-        let mut q = QueryTerms::new("What does Alice do for a living?");
+        let mut q = QueryTerms::new("Where is Alice living now?");
         assert_eq!(q.matches("Alice lives in Porto."), 0b11);
         assert_eq!(q.matches("Alice works as a nurse."), 0b01);
         assert_eq!(q.matches("Bob is a carpenter."), 0);
         // Remembered words match as when first seen.
         assert_eq!(q.matches("ALICE LIVED; Alice's living."), 0b11);
         assert_eq!(q.matches("alive"), 0);
+    }
+
+    #[test]
+    fn a_noun_in_ing_matches_itself_and_its_plural_only() {
+        // "a living" is a noun: "lives" and "lived" share its stem, not its sense.
+        let mut q = QueryTerms::new("What does Alice do for a living?");
+        assert_eq!(q.matches("Alice lives in Porto; she lived in Oslo."), 0b01);
+        assert_eq!(q.matches("Alice makes a good living."), 0b11);
+        assert_eq!(q.matches("Two livings."), 0b10);
+        let mut q = QueryTerms::new("What did they do in the evening?");
+        assert_eq!(q.matches("They were even."), 0);
+        assert_eq!(q.matches("Evenings at home."), 0b1);
+        // A verb in "-ing" keeps every word of its stem.
+        let mut q = QueryTerms::new("What is Caroline researching?");
+        assert_eq!(q.matches("Caroline researched adoption agencies."), 0b11);
+        // A stem the query also uses otherwise is not a noun's alone.
+        let mut q = QueryTerms::new("Where is the meeting, and when do we meet?");
+        assert_eq!(q.matches("They met. We meet on Monday."), 0b1);
+        let mut q = QueryTerms::new("When do we meet for the meeting?");
+        assert_eq!(q.matches("We meet on Monday."), 0b1);
+        // Short words in "-ing" are not such nouns ("the king", "a ring").
+        let mut q = QueryTerms::new("Who is the king?");
+        assert_eq!(q.matches("Kings and queens."), 0b1);
     }
 
     #[test]

@@ -464,7 +464,7 @@ async fn not_first(app: &TestApp, agent: &str, questions: &[(&str, &str)]) -> Ve
 async fn a_word_in_every_memory_does_not_decide_and_the_right_answer_comes_first() {
     // (agent, memories, questions with the index of their answer)
     type Store<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, usize)]);
-    let stores: [Store; 2] = [
+    let stores: [Store; 3] = [
         (
             "people",
             &[
@@ -500,6 +500,25 @@ async fn a_word_in_every_memory_does_not_decide_and_the_right_answer_comes_first
                 ("Who leads the Atlas project?", 2),
                 ("Which database does the Atlas project use?", 3),
                 ("How did the Atlas demo go?", 4),
+            ],
+        ),
+        (
+            // "living" and "lives" share a stem, the one word of the first
+            // question that a single fact holds.
+            "household",
+            &[
+                "Alice is allergic to peanuts.",
+                "Alice works night shifts as a nurse.",
+                "Bob plays the cello in an orchestra.",
+                "Alice lives in Porto with her sister.",
+                "Bob is training for a marathon.",
+            ],
+            &[
+                ("What does Alice do for a living?", 1),
+                ("Where does Alice live?", 3),
+                ("What can't Alice eat?", 0),
+                ("What instrument does Bob play?", 2),
+                ("What is Bob training for?", 4),
             ],
         ),
     ];
