@@ -625,7 +625,7 @@ pub struct LocalConfig {
     /// Threads of each of the two model workers (queries, writes).
     pub threads: usize,
     /// `onnx-int8` only: the query worker does the weight products in int8
-    /// (activations quantized at each call), about twice as fast; stored
+    /// (activations quantized at each call), 1.7-2.2 times as fast; stored
     /// memories are always embedded with the export's f32 products.
     pub int8_queries: bool,
     /// How long the first request of a batch waits for others to join it.
