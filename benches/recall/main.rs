@@ -667,10 +667,10 @@ async fn main() -> anyhow::Result<()> {
             format!("vector leg, {AGENT_A}, LIMIT {SEARCH_PER_LEG}, query {i}"),
             sql::explain(&ann, sql::vector_leg(p, &model, &vectors[i], &s, SEARCH_PER_LEG)).await?,
         ));
-        if let Some(tsq) = sql::tsquery(&ann, &queries[i].text).await? {
+        if let Some(l) = sql::lexemes(&ann, &queries[i].text).await? {
             plans.push((
                 format!("text leg, {AGENT_A}, LIMIT {SEARCH_PER_LEG}, query {i}"),
-                sql::explain(&ann, sql::text_leg(p, &tsq, &s, SEARCH_PER_LEG)).await?,
+                sql::explain(&ann, sql::text_leg(p, &l, &s, SEARCH_PER_LEG)).await?,
             ));
         }
     }
@@ -681,10 +681,10 @@ async fn main() -> anyhow::Result<()> {
             format!("vector leg, {agent}, LIMIT {SEARCH_PER_LEG}, query {i}"),
             sql::explain(&ann, sql::vector_leg(p, &model, &vectors[i], &scope(agent), SEARCH_PER_LEG)).await?,
         ));
-        if let Some(tsq) = sql::tsquery(&ann, &queries[i].text).await? {
+        if let Some(l) = sql::lexemes(&ann, &queries[i].text).await? {
             plans.push((
                 format!("text leg, {agent}, LIMIT {SEARCH_PER_LEG}, query {i}"),
-                sql::explain(&ann, sql::text_leg(p, &tsq, &scope(agent), SEARCH_PER_LEG)).await?,
+                sql::explain(&ann, sql::text_leg(p, &l, &scope(agent), SEARCH_PER_LEG)).await?,
             ));
         }
     }

@@ -108,34 +108,41 @@ pub fn vector_leg(
     qb
 }
 
-/// The full-text leg's query: the query's lexemes OR-ed (None: no words).
-pub async fn tsquery(pool: &PgPool, text: &str) -> sqlx::Result<Option<String>> {
-    let q: Option<String> =
-        sqlx::query_scalar("SELECT string_agg(quote_literal(lexeme), ' | ') FROM unnest(to_tsvector('english', $1))")
-            .bind(text)
-            .fetch_one(pool)
-            .await?;
-    Ok(q.filter(|s| !s.is_empty()))
+/// The full-text leg's words: the query's lexemes (None: no words).
+pub async fn lexemes(pool: &PgPool, text: &str) -> sqlx::Result<Option<Vec<String>>> {
+    let l: Vec<String> =
+        sqlx::query_scalar("SELECT tsvector_to_array(to_tsvector('english', $1))").bind(text).fetch_one(pool).await?;
+    Ok(Some(l).filter(|l| !l.is_empty()))
 }
 
 /// Most full-text matches ranked per table (search.rs `MAX_TEXT_MATCHES`).
 const MAX_TEXT_MATCHES: i64 = 2_000;
 
-pub fn text_leg(prefix: &str, tsquery: &str, s: &Scope, per_leg: i64) -> QueryBuilder<Postgres> {
-    let mut qb: QueryBuilder<Postgres> = QueryBuilder::new(format!("{prefix}WITH q AS (SELECT to_tsquery('simple', "));
-    qb.push_bind(tsquery.to_string());
-    qb.push(") AS q) SELECT * FROM (");
+/// The server's text leg with every query word (the server may leave an
+/// agent's commonest words out): matched on the agent's words (`k`,
+/// migration 0015), ranked on `search_tsv` (`q`).
+pub fn text_leg(prefix: &str, lexemes: &[String], s: &Scope, per_leg: i64) -> QueryBuilder<Postgres> {
+    let mut qb: QueryBuilder<Postgres> = QueryBuilder::new(format!("{prefix}WITH l AS (SELECT unnest("));
+    qb.push_bind(lexemes.to_vec());
+    qb.push(
+        "::text[]) AS l), q AS (SELECT (SELECT to_tsquery('simple', string_agg(quote_literal(l), ' | ')) FROM l) \
+         AS q, (SELECT string_agg('''' || engram_agent_key(",
+    );
+    qb.push_bind(s.tenant.clone()).push(", ").push_bind(s.agent.clone());
+    qb.push(") || l || '''', ' | ')::tsquery FROM l) AS k) SELECT * FROM (");
     for (i, tier) in TIERS.iter().enumerate() {
         if i > 0 {
             qb.push(" UNION ALL ");
         }
         qb.push(format!(
-            "(SELECT m.*, ts_rank(m.search_tsv, q.q)::float8 AS text_rank FROM (SELECT {}, search_tsv FROM {} WHERE",
+            "(SELECT m.*, ts_rank(m.search_tsv, q.q)::float8 AS text_rank FROM (SELECT {}, search_tsv FROM \
+             (SELECT * FROM {t} WHERE engram_agent_words(tenant_id, agent_id, search_tsv) @@ (SELECT k FROM q) \
+             OFFSET 0) AS {t} WHERE",
             columns(*tier),
-            table(*tier)
+            t = table(*tier)
         ));
         push_filters(&mut qb, *tier, s);
-        qb.push(" AND search_tsv @@ (SELECT q FROM q) LIMIT ").push_bind(MAX_TEXT_MATCHES);
+        qb.push(" LIMIT ").push_bind(MAX_TEXT_MATCHES);
         qb.push(") AS m, q ORDER BY text_rank DESC LIMIT ").push_bind(per_leg).push(")");
     }
     qb.push(") AS t");
@@ -177,8 +184,8 @@ pub async fn time_vector(
 /// Milliseconds of one text-leg query (both statements, as the server runs them).
 pub async fn time_text(pool: &PgPool, text: &str, s: &Scope, per_leg: i64) -> sqlx::Result<f64> {
     let t0 = Instant::now();
-    if let Some(q) = tsquery(pool, text).await? {
-        text_leg("", &q, s, per_leg).build().fetch_all(pool).await?;
+    if let Some(l) = lexemes(pool, text).await? {
+        text_leg("", &l, s, per_leg).build().fetch_all(pool).await?;
     }
     Ok(t0.elapsed().as_secs_f64() * 1e3)
 }

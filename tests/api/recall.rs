@@ -778,3 +778,47 @@ async fn as_of_recalls_the_fact_current_at_each_moment_of_its_chain() {
     assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert!(r.text().await.unwrap().contains("as_of"));
 }
+
+/// On Postgres the text leg's index holds each lexeme under a short key of
+/// its row's tenant and agent (migration 0015), and two agents may share a
+/// key. Such agents find each other's rows in the index, never in results:
+/// every tier's rows are filtered by tenant and agent as well.
+#[tokio::test]
+async fn agents_whose_text_index_keys_coincide_see_only_their_own_memories() {
+    let app = spawn_app().await;
+    let tenant = app.config.auth.default_tenant.clone();
+    let (a, b): (String, String) = match app.postgres_only("the agent keys of the text index") {
+        // 300,000 names give about ten pairs of equal 32-bit keys.
+        Some(pg) => sqlx::query_as(
+            "SELECT min(agent), max(agent) FROM (SELECT 'agent-' || i AS agent, engram_agent_key($1, 'agent-' || i) \
+             AS key FROM generate_series(1, 300000) AS i) AS s GROUP BY key HAVING count(*) > 1 LIMIT 1",
+        )
+        .bind(&tenant)
+        .fetch_one(pg.pool())
+        .await
+        .expect("two agent names with one key"),
+        None => ("agent-1".to_string(), "agent-2".to_string()),
+    };
+    let mine = [
+        app.write_one(json!({"agent_id": a, "tier": "episodic", "content": "The zeppelin landed in Friedrichshafen."}))
+            .await,
+        app.write_one(json!({"agent_id": a, "tier": "semantic", "content": "Ada flies a zeppelin on weekends."})).await,
+        app.write_one(
+            json!({"agent_id": a, "skill_name": "zeppelin-mooring", "content": "Moor the zeppelin to the mast."}),
+        )
+        .await,
+    ];
+    let theirs = app
+        .write_one(json!({"agent_id": b, "tier": "episodic", "content": "A zeppelin museum opened by the lake."}))
+        .await;
+    let ids = |results: &[Value]| -> Vec<Value> { results.iter().map(|r| r["memory"]["id"].clone()).collect() };
+
+    let found = search(&app, json!({"agent_id": b, "query": "zeppelin Friedrichshafen mooring weekends"})).await;
+    assert_eq!(ids(&found), [theirs["id"].clone()], "only B's own memory: {found:?}");
+    let found = search(&app, json!({"agent_id": a, "query": "zeppelin museum lake"})).await;
+    let mut got = ids(&found);
+    got.sort_by_key(|v| v.to_string());
+    let mut want: Vec<Value> = mine.iter().map(|m| m["id"].clone()).collect();
+    want.sort_by_key(|v| v.to_string());
+    assert_eq!(got, want, "only A's own memories: {found:?}");
+}

@@ -8,9 +8,11 @@
 //!   after the graph walk still fills the limit (set in `connect_lazy`).
 //! - full text: the query's words (English stemming, stop words dropped)
 //!   joined with OR, less those too common in the agent's rows to tell its
-//!   memories apart (`text.rs`), matched through the GIN index on (tenant,
-//!   agent, words), ranked by `ts_rank` (`ts_rank_cd` costs three times as
-//!   much). At most `MAX_TEXT_MATCHES` matches per table are ranked, which
+//!   memories apart (`text.rs`), matched through the GIN index of each
+//!   agent's words (migration 0015: every lexeme prefixed by
+//!   `engram_agent_key` of its row's tenant and agent, so that the scan reads
+//!   only the searched agent's entries), ranked by `ts_rank` on `search_tsv`
+//!   (`ts_rank_cd` costs three times as much). At most `MAX_TEXT_MATCHES` matches per table are ranked, which
 //!   bounds the leg's cost when the statistics are missing or wrong.
 //!
 //! Each leg also scores its own candidates on the other leg's measure: the
@@ -111,6 +113,18 @@ fn push_tsquery(qb: &mut QueryBuilder<Postgres>, words: Words) {
         }
     }
     qb.push(") AS l)");
+}
+
+/// The OR of some lexemes as one agent's rows are indexed for the text leg
+/// (migration 0015: each prefixed by `engram_agent_key`), as a tsquery (NULL
+/// when there are none). They are quoted for the tsquery syntax (quotes and
+/// backslashes doubled) and taken as they are, not parsed again: they were
+/// stemmed already, and the prefix is no word.
+fn push_agent_tsquery(qb: &mut QueryBuilder<Postgres>, tenant: &str, agent: &str, lexemes: &[String]) {
+    qb.push("(SELECT string_agg('''' || replace(replace(engram_agent_key(");
+    qb.push_bind(tenant.to_string()).push(", ").push_bind(agent.to_string());
+    qb.push(r") || l, '\', '\\'), '''', '''''') || '''', ' | ')::tsquery FROM unnest(");
+    qb.push_bind(lexemes.to_vec()).push("::text[]) AS l)");
 }
 
 fn literal(s: &str) -> String {
@@ -242,7 +256,9 @@ impl PgStore {
             }
             qb.push(format!("q{i} AS (SELECT "));
             push_tsquery(&mut qb, Words::These(&chosen));
-            qb.push(" AS q)");
+            qb.push(" AS q, ");
+            push_agent_tsquery(&mut qb, tenant, &q.agent_id, &chosen);
+            qb.push(" AS k)");
         }
         qb.push(" SELECT * FROM (");
         // Cosine and vector of the ranked rows (outside the inner LIMITs), when
@@ -274,14 +290,22 @@ impl PgStore {
                 }
             }
             qb.push(" AS similarity FROM (");
+            // The agent's words select the rows in a subquery that the
+            // planner may not merge (OFFSET 0), the filters apply above it.
+            // Merged, the planner takes the words and the agent for
+            // independent conditions and ANDs the words' bitmap with every
+            // row of the agent from a (tenant, agent, ...) B-tree, which
+            // costs as much as the old index's agent key did; the agent's
+            // words hold only the agent's rows already.
+            let table = rows::table(*tier);
             qb.push(format!(
                 "SELECT m.*, ts_rank(m.search_tsv, q.q)::float8 AS text_rank FROM (SELECT {}, search_tsv, \
-                 embedding FROM {} WHERE",
+                 embedding FROM (SELECT * FROM {table} WHERE engram_agent_words(tenant_id, agent_id, search_tsv) \
+                 @@ (SELECT k FROM q{i}) OFFSET 0) AS {table} WHERE",
                 rows::columns(*tier),
-                rows::table(*tier)
             ));
             push_filters(&mut qb, tenant, *tier, q, now);
-            qb.push(format!(" AND search_tsv @@ (SELECT q FROM q{i}) LIMIT ")).push_bind(MAX_TEXT_MATCHES);
+            qb.push(" LIMIT ").push_bind(MAX_TEXT_MATCHES);
             qb.push(format!(") AS m, q{i} AS q ORDER BY text_rank DESC LIMIT "))
                 .push_bind(q.per_leg as i64)
                 .push(") AS r)");
