@@ -219,6 +219,53 @@ async fn each_embedding_model_gets_a_partial_hnsw_index_per_table() {
     assert!(err.contains("384"), "{err}");
 }
 
+/// Migrations 0015 and 0016: the text leg's index is of each agent's words
+/// (the index keyed by tenant, agent and words is gone), and pages keep room
+/// for the access counts that searches write.
+#[tokio::test]
+async fn memory_tables_index_each_agents_words_and_leave_room_on_their_pages() {
+    let app = spawn_app().await;
+    let Some(pg) = app.postgres_only("the memory tables' text index and fill factor") else { return };
+    let pool = pg.pool();
+    for (table, short) in
+        [("episodic_memory", "episodic"), ("semantic_memory", "semantic"), ("procedural_memory", "procedural")]
+    {
+        let def: Option<String> = sqlx::query_scalar("SELECT indexdef FROM pg_indexes WHERE indexname = $1")
+            .bind(format!("{short}_agent_words"))
+            .fetch_optional(pool)
+            .await
+            .unwrap();
+        let def = def.unwrap_or_else(|| panic!("{short}_agent_words missing"));
+        assert!(def.contains("USING gin (engram_agent_words(tenant_id, agent_id, search_tsv))"), "{def}");
+        let old: Option<String> = sqlx::query_scalar("SELECT to_regclass($1)::text")
+            .bind(format!("{short}_search_tsv"))
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        assert_eq!(old, None, "{short}_search_tsv is dropped");
+        let options: Option<Vec<String>> =
+            sqlx::query_scalar("SELECT reloptions FROM pg_class WHERE oid = $1::regclass")
+                .bind(table)
+                .fetch_one(pool)
+                .await
+                .unwrap();
+        assert_eq!(options, Some(vec!["fillfactor=85".to_string()]), "{table}");
+    }
+    // The index words are the row's lexemes under its agent's key; quotes and
+    // backslashes in a lexeme survive the tsquery the search builds.
+    let (key, words): (String, Vec<String>) = sqlx::query_as(
+        "SELECT engram_agent_key('t', 'a'), tsvector_to_array(engram_agent_words('t', 'a', \
+         array_to_tsvector(ARRAY['cat', 'it''s', 'a\\b'])))",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(key.len(), 9, "{key}");
+    let mut want: Vec<String> = ["a\\b", "cat", "it's"].iter().map(|w| format!("{key}{w}")).collect();
+    want.sort();
+    assert_eq!(words, want);
+}
+
 #[tokio::test]
 async fn migration_0002_makes_numbers_double_precision_and_recovers_what_was_written() {
     if crate::helpers::embedded() {
