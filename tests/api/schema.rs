@@ -219,9 +219,9 @@ async fn each_embedding_model_gets_a_partial_hnsw_index_per_table() {
     assert!(err.contains("384"), "{err}");
 }
 
-/// Migrations 0015 and 0016: the text leg's index is of each agent's words
-/// (the index keyed by tenant, agent and words is gone), and pages keep room
-/// for the access counts that searches write.
+/// Migrations 0015 to 0017: the text leg's index is of each agent's words
+/// (the index keyed by tenant, agent and words is gone) and has no pending
+/// list, and pages keep room for the access counts that searches write.
 #[tokio::test]
 async fn memory_tables_index_each_agents_words_and_leave_room_on_their_pages() {
     let app = spawn_app().await;
@@ -237,6 +237,13 @@ async fn memory_tables_index_each_agents_words_and_leave_room_on_their_pages() {
             .unwrap();
         let def = def.unwrap_or_else(|| panic!("{short}_agent_words missing"));
         assert!(def.contains("USING gin (engram_agent_words(tenant_id, agent_id, search_tsv))"), "{def}");
+        let index_options: Option<Vec<String>> =
+            sqlx::query_scalar("SELECT reloptions FROM pg_class WHERE oid = $1::regclass")
+                .bind(format!("{short}_agent_words"))
+                .fetch_one(pool)
+                .await
+                .unwrap();
+        assert_eq!(index_options, Some(vec!["fastupdate=off".to_string()]), "{short}_agent_words");
         let old: Option<String> = sqlx::query_scalar("SELECT to_regclass($1)::text")
             .bind(format!("{short}_search_tsv"))
             .fetch_one(pool)
@@ -264,6 +271,9 @@ async fn memory_tables_index_each_agents_words_and_leave_room_on_their_pages() {
     let mut want: Vec<String> = ["a\\b", "cat", "it's"].iter().map(|w| format!("{key}{w}")).collect();
     want.sort();
     assert_eq!(words, want);
+    // Every connection of the pool plans without parallel workers.
+    let workers: String = sqlx::query_scalar("SHOW max_parallel_workers_per_gather").fetch_one(pool).await.unwrap();
+    assert_eq!(workers, "0");
 }
 
 #[tokio::test]

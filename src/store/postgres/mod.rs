@@ -74,6 +74,13 @@ pub struct PgStore {
 /// statements, `persistent(false)`, would do the same for the search alone,
 /// but in sqlx 0.9 they fail when a statement's types need a lookup, as
 /// `vector` does: transact-rs/sqlx#4305.)
+///
+/// And no statement runs on parallel workers. Every statement here serves
+/// one request among many; a parallel plan starts worker processes (a few
+/// milliseconds) and takes cores the other requests need. The full-text
+/// leg's inner scan, whose size the planner cannot know before the query's
+/// words are read, was planned in parallel for every agent, tiny or not
+/// (bench/RESULTS.md, "The text leg on each agent's words").
 pub fn connect_lazy(config: &DatabaseConfig, search: &SearchConfig) -> anyhow::Result<PgPool> {
     connect_url(&config.url, config, search).context("parsing database.url")
 }
@@ -90,7 +97,7 @@ pub fn connect_replica(config: &DatabaseConfig, search: &SearchConfig) -> anyhow
 fn connect_url(url: &str, config: &DatabaseConfig, search: &SearchConfig) -> anyhow::Result<PgPool> {
     let setup = format!(
         "SET hnsw.ef_search = {}; SET hnsw.iterative_scan = relaxed_order; SET hnsw.max_scan_tuples = {}; \
-         SET plan_cache_mode = force_custom_plan",
+         SET plan_cache_mode = force_custom_plan; SET max_parallel_workers_per_gather = 0",
         search.ef_search, search.max_scan_tuples
     );
     PgPoolOptions::new()
