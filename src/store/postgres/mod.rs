@@ -80,7 +80,8 @@ pub struct PgStore {
 /// milliseconds) and takes cores the other requests need. The full-text
 /// leg's inner scan, whose size the planner cannot know before the query's
 /// words are read, was planned in parallel for every agent, tiny or not
-/// (bench/RESULTS.md, "The text leg on each agent's words").
+/// (bench/RESULTS.md, "1M memories over 10K agents with each agent's words
+/// indexed apart").
 pub fn connect_lazy(config: &DatabaseConfig, search: &SearchConfig) -> anyhow::Result<PgPool> {
     connect_url(&config.url, config, search).context("parsing database.url")
 }
