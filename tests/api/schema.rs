@@ -222,6 +222,16 @@ async fn each_embedding_model_gets_a_partial_hnsw_index_per_table() {
 /// Migrations 0015 to 0017: the text leg's index is of each agent's words
 /// (the index keyed by tenant, agent and words is gone) and has no pending
 /// list, and pages keep room for the access counts that searches write.
+/// A table's or index's storage options, as `name=value`.
+async fn reloptions(pool: &sqlx::PgPool, name: &str) -> Vec<String> {
+    let options: Option<Vec<String>> = sqlx::query_scalar("SELECT reloptions FROM pg_class WHERE oid = $1::regclass")
+        .bind(name)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    options.unwrap_or_default()
+}
+
 #[tokio::test]
 async fn memory_tables_index_each_agents_words_and_leave_room_on_their_pages() {
     let app = spawn_app().await;
@@ -237,26 +247,14 @@ async fn memory_tables_index_each_agents_words_and_leave_room_on_their_pages() {
             .unwrap();
         let def = def.unwrap_or_else(|| panic!("{short}_agent_words missing"));
         assert!(def.contains("USING gin (engram_agent_words(tenant_id, agent_id, search_tsv))"), "{def}");
-        let index_options: Option<Vec<String>> =
-            sqlx::query_scalar("SELECT reloptions FROM pg_class WHERE oid = $1::regclass")
-                .bind(format!("{short}_agent_words"))
-                .fetch_one(pool)
-                .await
-                .unwrap();
-        assert_eq!(index_options, Some(vec!["fastupdate=off".to_string()]), "{short}_agent_words");
+        assert_eq!(reloptions(pool, &format!("{short}_agent_words")).await, ["fastupdate=off"], "{short}_agent_words");
         let old: Option<String> = sqlx::query_scalar("SELECT to_regclass($1)::text")
             .bind(format!("{short}_search_tsv"))
             .fetch_one(pool)
             .await
             .unwrap();
         assert_eq!(old, None, "{short}_search_tsv is dropped");
-        let options: Option<Vec<String>> =
-            sqlx::query_scalar("SELECT reloptions FROM pg_class WHERE oid = $1::regclass")
-                .bind(table)
-                .fetch_one(pool)
-                .await
-                .unwrap();
-        assert_eq!(options, Some(vec!["fillfactor=85".to_string()]), "{table}");
+        assert_eq!(reloptions(pool, table).await, ["fillfactor=85"], "{table}");
     }
     // The index words are the row's lexemes under its agent's key; quotes and
     // backslashes in a lexeme survive the tsquery the search builds.
