@@ -197,7 +197,8 @@ pub async fn open_storage(config: &Config) -> anyhow::Result<Storage> {
         if config.database.migrate_on_start {
             postgres::migrate(&pool).await?;
         }
-        let mut pg = PgStore::new(pool, config.idempotency.ttl_hours);
+        let mut pg =
+            PgStore::new(pool, config.idempotency.ttl_hours).with_exact_scan_below(config.search.exact_scan_below);
         if let Some(replica) = postgres::connect_replica(&config.database, &config.search)? {
             tracing::info!(
                 replica = %crate::config::redact_url(&config.database.read_url),

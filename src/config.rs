@@ -76,6 +76,10 @@ pub struct SearchConfig {
     pub ef_search: u32,
     /// Bound on tuples an iterative HNSW scan visits (pgvector `hnsw.max_scan_tuples`).
     pub max_scan_tuples: u32,
+    /// On Postgres, an agent with fewer vectors than this in a tier has them
+    /// all compared with the query there instead of an HNSW walk (0: always
+    /// the walk).
+    pub exact_scan_below: u32,
     /// Two recalled memories at least this similar (cosine) are one; the better scored stays.
     pub dedup_cosine: f64,
     /// Share of relevance from the vector leg (cosine) when both legs ran; the rest from full text.
@@ -109,6 +113,7 @@ impl Default for SearchConfig {
         Self {
             ef_search: 100,
             max_scan_tuples: 20_000,
+            exact_scan_below: 5_000,
             dedup_cosine: 0.95,
             vector_share: crate::domain::scoring::VECTOR_SHARE,
             neighbour_share: crate::domain::scoring::NEIGHBOUR_SHARE,
@@ -1168,6 +1173,9 @@ impl Config {
         }
         if self.search.ef_search == 0 || self.search.ef_search > 1000 {
             return bad("search.ef_search", "must be between 1 and 1000");
+        }
+        if self.search.exact_scan_below > 1_000_000 {
+            return bad("search.exact_scan_below", "must be at most 1000000");
         }
         if !(0.0..=1.0).contains(&self.search.dedup_cosine) {
             return bad("search.dedup_cosine", "must be between 0 and 1");

@@ -27,7 +27,7 @@ use engram::domain::memory::namespace;
 use engram::domain::{Retention, Tier};
 use engram::embed::{Embedder, Lane};
 use engram::store::WorkingMemory;
-use engram::store::postgres::{PgStore, index_name};
+use engram::store::postgres::{PgStore, VECTOR_TABLES, index_name};
 use engram::store::redis::RedisStore;
 use futures::{StreamExt, TryStreamExt};
 use rand::rngs::StdRng;
@@ -379,7 +379,7 @@ async fn load_persistent(
     let model = embedder.model_id().to_string();
     let vectors = cached_vectors(pool, planned, embedder, embed_at_most).await?;
     let now = Utc::now();
-    for (_, table) in TABLES {
+    for table in VECTOR_TABLES {
         let name = index_name(table, &model);
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP INDEX IF EXISTS {name}"))).execute(pool).await?;
     }
@@ -533,7 +533,7 @@ fn synthetic_vector(hash: &str, base: &[Vec<f32>]) -> Vec<f32> {
 
 /// Builds whatever HNSW index is missing with the server's own
 /// `ensure_model`, on a connection with room to build in memory, then checks
-/// that every memory table has one.
+/// that every vector table has one.
 async fn ensure_indexes(database_url: &str, model: &str) -> anyhow::Result<()> {
     let pool = PgPoolOptions::new()
         .max_connections(1)
@@ -556,8 +556,8 @@ async fn ensure_indexes(database_url: &str, model: &str) -> anyhow::Result<()> {
     }
     let missing: Vec<String> = sqlx::query_scalar(
         "SELECT c.relname::text FROM pg_class c \
-         WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace \
-           AND c.relname IN ('episodic_memory', 'semantic_memory', 'procedural_memory') \
+         WHERE c.relkind = 'p' AND c.relnamespace = current_schema()::regnamespace \
+           AND c.relname IN ('episodic_vectors', 'semantic_vectors', 'procedural_vectors') \
            AND NOT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid \
                            JOIN pg_am am ON am.oid = ic.relam \
                            WHERE i.indrelid = c.oid AND am.amname = 'hnsw' \

@@ -80,7 +80,21 @@ fn push_filters(qb: &mut QueryBuilder<Postgres>, tier: Tier, s: &Scope) {
     }
 }
 
-/// The vector leg; `prefix` is "" or an EXPLAIN.
+/// search.rs `EXACT_BELOW`: an agent with fewer vectors in a tier has them
+/// all compared there instead of a graph walk.
+const EXACT_BELOW: i64 = 5_000;
+
+fn vectors(tier: Tier) -> &'static str {
+    match tier {
+        Tier::Episodic => "episodic_vectors",
+        Tier::Semantic => "semantic_vectors",
+        Tier::Procedural => "procedural_vectors",
+        Tier::Working => unreachable!("working memory is not in Postgres"),
+    }
+}
+
+/// The vector leg (without the text rank the server adds on its rows);
+/// `prefix` is "" or an EXPLAIN.
 pub fn vector_leg(
     prefix: &str,
     model: &str,
@@ -90,19 +104,52 @@ pub fn vector_leg(
 ) -> QueryBuilder<Postgres> {
     let dims = qvec.as_slice().len();
     let model = format!("'{}'", model.replace('\'', "''"));
-    let mut qb: QueryBuilder<Postgres> = QueryBuilder::new(format!("{prefix}SELECT * FROM ("));
+    let mut qb: QueryBuilder<Postgres> = QueryBuilder::new(format!("{prefix}WITH "));
+    for (i, tier) in TIERS.iter().enumerate() {
+        if i > 0 {
+            qb.push(", ");
+        }
+        qb.push(format!(
+            "g{i} AS (SELECT count(*) < {EXACT_BELOW} AS exact FROM (SELECT 1 FROM {} WHERE tenant_id = ",
+            vectors(*tier)
+        ));
+        qb.push_bind(s.tenant.clone()).push(" AND agent_id = ").push_bind(s.agent.clone());
+        qb.push(format!(" LIMIT {EXACT_BELOW}) AS c)"));
+    }
+    qb.push(" SELECT * FROM (");
     for (i, tier) in TIERS.iter().enumerate() {
         if i > 0 {
             qb.push(" UNION ALL ");
         }
-        let distance = format!("(embedding::vector({dims}) <=> ");
-        qb.push(format!("(SELECT {}, embedding::vector({dims}) AS vec, 1 - {distance}", columns(*tier)));
+        let vectors = vectors(*tier);
+        let memory_row = |qb: &mut QueryBuilder<Postgres>, candidate: &str| {
+            qb.push(format!(
+                " CROSS JOIN LATERAL (SELECT {}, search_tsv FROM {} WHERE id = {candidate}.id AND",
+                columns(*tier),
+                table(*tier)
+            ));
+            push_filters(qb, *tier, s);
+            qb.push(" LIMIT 1) AS m");
+        };
+        qb.push(format!("(SELECT m.*, v.embedding::vector({dims}) AS vec, 1 - (v.embedding::vector({dims}) <=> "));
         qb.push_bind(qvec.clone());
-        qb.push(format!(") AS similarity FROM {} WHERE embedding_model = {model} AND", table(*tier)));
-        push_filters(&mut qb, *tier, s);
-        qb.push(format!(" ORDER BY {distance}"));
+        qb.push(format!(") AS similarity FROM {vectors} AS v"));
+        memory_row(&mut qb, "v");
+        qb.push(format!(" WHERE v.embedding_model = {model} AND v.tenant_id = "));
+        qb.push_bind(s.tenant.clone()).push(" AND v.agent_id = ").push_bind(s.agent.clone());
+        qb.push(format!(" AND NOT (SELECT exact FROM g{i}) ORDER BY v.embedding::vector({dims}) <=> "));
         qb.push_bind(qvec.clone());
-        qb.push(") LIMIT ").push_bind(per_leg).push(")");
+        qb.push(" LIMIT ").push_bind(per_leg);
+        qb.push(format!(
+            ") UNION ALL (SELECT m.*, c.vec, 1 - c.distance AS similarity FROM (SELECT id, \
+             embedding::vector({dims}) AS vec, embedding <=> "
+        ));
+        qb.push_bind(qvec.clone());
+        qb.push(format!(" AS distance FROM {vectors} WHERE embedding_model = {model} AND tenant_id = "));
+        qb.push_bind(s.tenant.clone()).push(" AND agent_id = ").push_bind(s.agent.clone());
+        qb.push(format!(" AND (SELECT exact FROM g{i}) ORDER BY distance OFFSET 0) AS c"));
+        memory_row(&mut qb, "c");
+        qb.push(" LIMIT ").push_bind(per_leg).push(")");
     }
     qb.push(") AS v");
     qb
@@ -240,7 +287,8 @@ pub fn recall_at(ann: &[(Uuid, f64)], exact: &[(Uuid, f64)], k: usize) -> QueryR
     }
 }
 
-/// (HNSW index scans, sequential scans) so far on the memory tables, from
+/// (HNSW index scans, sequential scans) so far on the memory and vector
+/// tables (the vector tables' partitions included), from
 /// the cumulative statistics.
 pub async fn scan_counts(pool: &PgPool) -> sqlx::Result<(i64, i64)> {
     sqlx::query_as(
@@ -248,7 +296,7 @@ pub async fn scan_counts(pool: &PgPool) -> sqlx::Result<(i64, i64)> {
                  JOIN pg_class ic ON ic.oid = s.indexrelid JOIN pg_am am ON am.oid = ic.relam \
                  WHERE am.amname = 'hnsw'), \
                 (SELECT coalesce(sum(seq_scan), 0)::int8 FROM pg_stat_user_tables \
-                 WHERE relname LIKE 'episodic\\_memory%' OR relname IN ('semantic_memory', 'procedural_memory'))",
+                 WHERE relname ~ '^(episodic|semantic|procedural)_(memory|vectors)')",
     )
     .fetch_one(pool)
     .await

@@ -161,6 +161,58 @@ async fn weights_from_the_request_or_the_agent_reorder_results() {
     assert_eq!(err["error"]["field"], "/weights/relevance");
 }
 
+/// On Postgres the vector leg compares every vector of an agent with fewer
+/// than `search.exact_scan_below` in a tier, and walks the tier's HNSW index
+/// for larger agents. On a store this small the walk is exact too, so a
+/// server that always walks (0) must find what the default one finds, with
+/// the same relevance, in every tier.
+#[tokio::test]
+async fn the_graph_walk_and_the_exact_scan_find_the_same_memories() {
+    let exact = spawn_app().await;
+    seed(&exact).await;
+    let facts = [
+        "Mira's flight to Lisbon leaves at 9 from gate 14",
+        "Tomás grows heirloom tomatoes in the community garden",
+        "Priya prefers window seats on long flights",
+        "Jonas waters the basil every other morning",
+        "Aiko booked a hotel near the Lisbon riverside",
+        "Bruno's garden shed needs a new lock",
+    ];
+    for (i, fact) in facts.iter().enumerate() {
+        let tier = if i % 2 == 0 { "semantic" } else { "episodic" };
+        exact.write_one(json!({"agent_id": "a", "tier": tier, "content": fact})).await;
+    }
+    for (skill, how) in
+        [("book-flight", "Book Mira's flight: compare fares first"), ("water-garden", "Water Tomás's garden at dusk")]
+    {
+        exact.write_one(json!({"agent_id": "a", "skill_name": skill, "content": how})).await;
+    }
+    let tenant = exact.config.auth.default_tenant.clone();
+    let walk = spawn_app_with(|c| {
+        c.search.exact_scan_below = 0;
+        c.auth.default_tenant = tenant;
+    })
+    .await;
+    let relevance = json!({"relevance": 1, "recency": 0, "importance": 0, "frequency": 0, "tier_bonus": 0});
+    for query in ["Mira's flight to Lisbon", "tomatoes in Tomás's garden", "booking fares for flights"] {
+        let body = json!({"agent_id": "a", "query": query, "top_k": 8, "weights": relevance});
+        let found = |results: Vec<Value>| -> Vec<(String, String)> {
+            results
+                .iter()
+                .map(|r| {
+                    (r["memory"]["id"].to_string(), format!("{:.6}", r["components"]["relevance"].as_f64().unwrap()))
+                })
+                .collect()
+        };
+        let mut by_scan = found(search(&exact, body.clone()).await);
+        let mut by_walk = found(search(&walk, body).await);
+        assert_eq!(by_scan.len(), 8, "{query}");
+        by_scan.sort();
+        by_walk.sort();
+        assert_eq!(by_walk, by_scan, "{query}");
+    }
+}
+
 /// Waits (the flusher runs every 500 ms) until the memory at `path` has
 /// `count` accesses; returns it.
 async fn wait_for_access_count(app: &TestApp, path: &str, count: i64) -> Value {

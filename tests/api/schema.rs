@@ -1,6 +1,7 @@
 //! What the schema promises: episodic memory in one table (and the
-//! migration that made it one from monthly partitions), and one partial HNSW
-//! index per embedding model.
+//! migration that made it one from monthly partitions), each tier's vectors
+//! in a table partitioned by agent (and the migration that made it from the
+//! memory rows), and one partial HNSW index per embedding model.
 
 use chrono::{TimeZone, Utc};
 use reqwest::StatusCode;
@@ -18,7 +19,14 @@ async fn episodic_memory_is_one_table_whatever_the_month() {
         .await
         .unwrap();
     assert_eq!(kind, "r", "a plain table, not a partitioned one");
-    let partitions: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_inherits").fetch_one(pool).await.unwrap();
+    // Only the vector tables (migration 0018) are partitioned, and their indexes with them.
+    let partitions: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+         WHERE c.relname !~ '^(episodic|semantic|procedural)_vectors_p[0-9]{2}'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
     assert_eq!(partitions, 0);
 
     // A write in a month nobody prepared for lands in the table itself.
@@ -198,11 +206,11 @@ async fn migration_0007_moves_partitioned_episodes_into_one_table() {
 }
 
 #[tokio::test]
-async fn each_embedding_model_gets_a_partial_hnsw_index_per_table() {
+async fn each_embedding_model_gets_a_partial_hnsw_index_per_vector_table() {
     let app = spawn_app().await;
     let Some(pg) = app.postgres_only("the HNSW index per model") else { return };
     let pool = pg.pool();
-    for table in ["episodic_memory", "semantic_memory", "procedural_memory"] {
+    for table in engram::store::postgres::VECTOR_TABLES {
         let name = engram::store::postgres::index_name(table, "lexical-hash-v1-384");
         let def: Option<String> = sqlx::query_scalar("SELECT indexdef FROM pg_indexes WHERE indexname = $1")
             .bind(&name)
@@ -214,14 +222,165 @@ async fn each_embedding_model_gets_a_partial_hnsw_index_per_table() {
         assert!(def.contains("vector(384)"), "{def}");
         assert!(def.contains("embedding_model = 'lexical-hash-v1-384'"), "{def}");
     }
+    // The memory tables have no graph of their own any more.
+    let graphs: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_indexes WHERE tablename IN ('episodic_memory', 'semantic_memory', \
+         'procedural_memory') AND indexdef LIKE '%USING hnsw%'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(graphs, 0);
     // A model re-registered with another size is refused.
     let err = pg.ensure_model("lexical-hash-v1-384", 512).await.unwrap_err().to_string();
     assert!(err.contains("384"), "{err}");
 }
 
+/// Migration 0018: each tier's vectors in a table hash-partitioned by tenant
+/// and agent, the vector kept in the row, and equal at every moment to the
+/// memory rows' vectors: written with a memory, replaced when its content
+/// (and so its vector) changes, gone with it.
+#[tokio::test]
+async fn vector_tables_follow_the_memory_rows() {
+    let app = spawn_app().await;
+    let Some(pg) = app.postgres_only("the vector tables") else { return };
+    let pool = pg.pool();
+    for table in engram::store::postgres::VECTOR_TABLES {
+        let (strategy, keys): (String, String) = sqlx::query_as(
+            "SELECT p.partstrat::text, pg_get_partkeydef(p.partrelid) FROM pg_partitioned_table p \
+             WHERE p.partrelid = $1::regclass",
+        )
+        .bind(table)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        assert_eq!((strategy.as_str(), keys.as_str()), ("h", "HASH (tenant_id, agent_id)"), "{table}");
+        let storage: Vec<String> = sqlx::query_scalar(
+            "SELECT a.attstorage::text FROM pg_inherits i JOIN pg_attribute a ON a.attrelid = i.inhrelid \
+             WHERE i.inhparent = $1::regclass AND a.attname = 'embedding'",
+        )
+        .bind(table)
+        .fetch_all(pool)
+        .await
+        .unwrap();
+        assert_eq!(storage.len(), 32, "{table}: partitions");
+        assert!(storage.iter().all(|s| s == "m"), "{table}: vectors kept in the row: {storage:?}");
+    }
+    let tenant = app.config.auth.default_tenant.clone();
+    let vector_of = |table: &'static str, id: String| {
+        let tenant = tenant.clone();
+        async move {
+            sqlx::query_as::<_, (String, String)>(sqlx::AssertSqlSafe(format!(
+                "SELECT v.embedding::text, m.embedding::text FROM {table}_vectors v \
+                 JOIN {table}_memory m ON m.id = v.id WHERE v.tenant_id = $1 AND v.agent_id = 'a' AND v.id = $2::uuid"
+            )))
+            .bind(tenant)
+            .bind(id)
+            .fetch_optional(pool)
+            .await
+            .unwrap()
+        }
+    };
+    let written = [
+        app.write_one(json!({"agent_id": "a", "tier": "episodic", "content": "The kettle whistled at noon."})).await,
+        app.write_one(json!({"agent_id": "a", "tier": "semantic", "content": "Noor's kettle is blue."})).await,
+        app.write_one(json!({"agent_id": "a", "skill_name": "boil-water", "content": "Fill the kettle, then boil."}))
+            .await,
+    ];
+    for (m, table) in written.iter().zip(["episodic", "semantic", "procedural"]) {
+        let id = m["id"].as_str().unwrap().to_string();
+        let (v, row) = vector_of(table, id.clone()).await.unwrap_or_else(|| panic!("{table}: no vector row"));
+        assert_eq!(v, row, "{table}");
+        let r = app.patch(&format!("/v1/memories/{id}"), &json!({"content": "The teapot rattled at dusk."})).await;
+        assert_eq!(r.status(), StatusCode::OK, "{table}: {}", r.text().await.unwrap());
+        let (after, row) = vector_of(table, id.clone()).await.unwrap_or_else(|| panic!("{table}: no vector row"));
+        assert_eq!(after, row, "{table}: the new vector");
+        assert_ne!(after, v, "{table}: the vector changed with the content");
+        let r = app.delete(&format!("/v1/memories/{id}")).await;
+        assert!(r.status().is_success(), "{table}: {}", r.status());
+        assert_eq!(vector_of(table, id).await, None, "{table}: the vector went with the memory");
+    }
+}
+
 /// Migrations 0015 to 0017: the text leg's index is of each agent's words
 /// (the index keyed by tenant, agent and words is gone) and has no pending
 /// list, and pages keep room for the access counts that searches write.
+/// Migration 0018 on a database that has memories: their vectors are copied
+/// into the vector tables, each registered model's graph moves there, and
+/// rows written after it are copied by the triggers.
+#[tokio::test]
+async fn migration_0018_moves_the_vectors_of_existing_memories() {
+    if crate::helpers::embedded() {
+        eprintln!("skipped on the embedded backend: the Postgres migration 0018");
+        return;
+    }
+    let url = crate::helpers::fresh_database().await;
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    // The migrations before 0018, from a directory holding only those.
+    let before = std::env::temp_dir().join(format!("engram-migrations-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&before).unwrap();
+    for entry in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_string();
+        if name.as_str() < "0018" {
+            std::fs::copy(&path, before.join(&name)).unwrap();
+        }
+    }
+    sqlx::migrate::Migrator::new(before.as_path()).await.unwrap().run(&pool).await.unwrap();
+    std::fs::remove_dir_all(&before).unwrap();
+    let run = |sql: &'static str| {
+        let pool = pool.clone();
+        async move { sqlx::raw_sql(sql).execute(&pool).await.unwrap() }
+    };
+    run("INSERT INTO embedding_models (model, dimensions) VALUES ('tiny-3', 3)").await;
+    let old_graph = engram::store::postgres::index_name("semantic_memory", "tiny-3");
+    let sql = format!(
+        "CREATE INDEX {old_graph} ON semantic_memory USING hnsw ((embedding::vector(3)) vector_cosine_ops) \
+         WHERE embedding_model = 'tiny-3'"
+    );
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&pool).await.unwrap();
+    run("INSERT INTO semantic_memory (id, tenant_id, agent_id, namespace, content, content_hash, valid_from, \
+             importance, retention, occurred_at, created_at, updated_at, embedding, embedding_model) VALUES \
+         ('00000000-0000-7000-8000-000000000001', 't', 'a', 'agent:a', 'owls hunt at night', 'h1', now(), 0.5, \
+             'permanent', now(), now(), now(), '[1,0,0]', 'tiny-3'), \
+         ('00000000-0000-7000-8000-000000000002', 't', 'b', 'agent:b', 'no vector here', 'h2', now(), 0.5, \
+             'permanent', now(), now(), now(), NULL, NULL)")
+    .await;
+
+    engram::store::postgres::migrate(&pool).await.unwrap();
+
+    let copied: Vec<(String, String, String)> =
+        sqlx::query_as("SELECT agent_id, id::text, embedding::text FROM semantic_vectors ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(copied, [("a".into(), "00000000-0000-7000-8000-000000000001".into(), "[1,0,0]".into())]);
+    let graph = |name: String| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, Option<String>>("SELECT to_regclass($1)::text")
+                .bind(name)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(graph(old_graph).await, None, "the memory table's graph is gone");
+    for table in engram::store::postgres::VECTOR_TABLES {
+        let name = engram::store::postgres::index_name(table, "tiny-3");
+        assert_eq!(graph(name.clone()).await, Some(name), "{table}");
+    }
+    run("UPDATE semantic_memory SET embedding = '[0,1,0]', embedding_model = 'tiny-3' WHERE content_hash = 'h2'").await;
+    let moved: Vec<(String, String)> =
+        sqlx::query_as("SELECT agent_id, embedding::text FROM semantic_vectors ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(moved, [("a".into(), "[1,0,0]".into()), ("b".into(), "[0,1,0]".into())]);
+    pool.close().await;
+    crate::helpers::drop_database(&url).await;
+}
+
 /// A table's or index's storage options, as `name=value`.
 async fn reloptions(pool: &sqlx::PgPool, name: &str) -> Vec<String> {
     let options: Option<Vec<String>> = sqlx::query_scalar("SELECT reloptions FROM pg_class WHERE oid = $1::regclass")

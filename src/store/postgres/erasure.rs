@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::holds;
 use super::retention::PERSISTENT;
-use super::rows::table;
+use super::rows::{table, vectors};
 use super::write::PgTx;
 use super::{LOCK_ERASURE, PgStore, store_error};
 use crate::domain::erasure::{
@@ -468,8 +468,8 @@ impl PgStore {
     /// of an exclusive lock).
     pub async fn vacuum_for_erasure(&self) -> StoreResult<()> {
         sqlx::query(
-            "VACUUM episodic_memory, semantic_memory, procedural_memory, idempotency_keys, working_outbox, \
-             erasure_items",
+            "VACUUM episodic_memory, semantic_memory, procedural_memory, episodic_vectors, semantic_vectors, \
+             procedural_vectors, idempotency_keys, working_outbox, erasure_items",
         )
         .execute(&self.pool)
         .await
@@ -546,7 +546,9 @@ impl PgStore {
             .count();
         Receipt::add(found, store, "working_outbox", n as u64);
         // The nearest neighbours of the erased rows' own vectors, through
-        // each model's HNSW index: none of the rows may come back.
+        // each model's HNSW index on the tier's vector table (every
+        // partition: the tenant's, whatever the agent): none of the rows may
+        // come back.
         let mut returned = 0u64;
         for (tier, e) in samples {
             let dims = e.vector.len();
@@ -554,7 +556,7 @@ impl PgStore {
             let near: Vec<Uuid> = sqlx::query_scalar(AssertSqlSafe(format!(
                 "SELECT id FROM {} WHERE tenant_id = $1 AND embedding_model = '{literal}' \
                  ORDER BY embedding::vector({dims}) <=> $2::vector({dims}) LIMIT 10",
-                table(*tier)
+                vectors(*tier)
             )))
             .bind(&r.tenant)
             .bind(pgvector::Vector::from(e.vector.clone()))

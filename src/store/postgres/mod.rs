@@ -41,6 +41,9 @@ const LOCK_MODELS: i64 = 0x656e_6772_616d_0002;
 const LOCK_RETENTION: i64 = 0x656e_6772_616d_0003;
 /// Held (session-level) by the one replica working on erasures.
 const LOCK_ERASURE: i64 = 0x656e_6772_616d_0004;
+/// The tables the vector leg searches, one per tier (migration 0018), each
+/// with one HNSW index per registered model (`index_name`).
+pub const VECTOR_TABLES: [&str; 3] = ["episodic_vectors", "semantic_vectors", "procedural_vectors"];
 
 /// The persistent store on Postgres.
 #[derive(Clone)]
@@ -53,6 +56,8 @@ pub struct PgStore {
     text_stats: std::sync::Arc<text::TextStats>,
     /// The read replica, when `database.read_url` names one (`replica.rs`).
     replica: Option<std::sync::Arc<replica::Replica>>,
+    /// `search.exact_scan_below` (`search.rs`).
+    exact_scan_below: i64,
 }
 
 /// Connects a pool (the server starts even if Postgres is momentarily down;
@@ -126,7 +131,15 @@ impl PgStore {
             idempotency_ttl: chrono::Duration::hours(i64::from(idempotency_ttl_hours)),
             text_stats: Default::default(),
             replica: None,
+            exact_scan_below: i64::from(SearchConfig::default().exact_scan_below),
         }
+    }
+
+    /// Agents with fewer vectors than `n` in a tier are searched there by
+    /// comparing them all, not by an HNSW walk (`search.exact_scan_below`).
+    pub fn with_exact_scan_below(mut self, n: u32) -> Self {
+        self.exact_scan_below = i64::from(n);
+        self
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -152,8 +165,9 @@ impl PgStore {
     }
 
     /// Registers an embedding model and creates its HNSW indexes (one per
-    /// table, a partial expression index over that model's rows). Refuses a
-    /// model already registered with another vector size.
+    /// tier's vector table, a partial expression index over that model's
+    /// rows, built on every partition). Refuses a model already registered
+    /// with another vector size.
     pub async fn ensure_model(&self, model: &str, dimensions: usize) -> anyhow::Result<()> {
         let mut tx = self.pool.begin().await?;
         sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(LOCK_MODELS).execute(&mut *tx).await?;
@@ -179,7 +193,7 @@ impl PgStore {
         // CREATE INDEX locks its table against writes, and holding two such
         // locks at once could deadlock with a write batch touching both tables.
         let literal = model.replace('\'', "''");
-        for table in ["episodic_memory", "semantic_memory", "procedural_memory"] {
+        for table in VECTOR_TABLES {
             let name = index_name(table, model);
             let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE indexname = $1)")
                 .bind(&name)

@@ -62,6 +62,18 @@ pub fn columns(tier: Tier) -> String {
     }
 }
 
+/// The table of a tier's vectors, partitioned by tenant and agent, that the
+/// vector leg searches (migration 0018; kept equal to the memory table's
+/// `embedding` column by a trigger).
+pub fn vectors(tier: Tier) -> &'static str {
+    match tier {
+        Tier::Episodic => "episodic_vectors",
+        Tier::Semantic => "semantic_vectors",
+        Tier::Procedural => "procedural_vectors",
+        Tier::Working => unreachable!("working memory is not stored in Postgres"),
+    }
+}
+
 pub fn table(tier: Tier) -> &'static str {
     match tier {
         Tier::Episodic => "episodic_memory",

@@ -1,11 +1,15 @@
 //! The two recall legs on Postgres, each one statement over the three tables:
 //!
-//! - vector: per table, `ORDER BY embedding::vector(D) <=> q LIMIT k` on the
-//!   model's partial HNSW index. The model name and dimension are written into
-//!   the SQL as literals so that the planner can match the partial index even
-//!   with a generic (prepared) plan. Connections run with
-//!   `hnsw.iterative_scan = relaxed_order`, so filtering by tenant and agent
-//!   after the graph walk still fills the limit (set in `connect_lazy`).
+//! - vector: per tier, the agent's partition of the tier's vector table
+//!   (migration 0018), ordered by `embedding::vector(D) <=> q` on the
+//!   model's partial HNSW index, or, for an agent with fewer than
+//!   `search.exact_scan_below` vectors there, every vector of the agent
+//!   compared and sorted; each candidate then joins its memory row, which
+//!   the filters apply to, until `per_leg` pass. The model name and dimension are written
+//!   into the SQL as literals so that the planner can match the partial index
+//!   even with a generic (prepared) plan. Connections run with
+//!   `hnsw.iterative_scan = relaxed_order`, so the walk goes on until the
+//!   filters above it have passed enough rows (set in `connect_lazy`).
 //! - full text: the query's words (English stemming, stop words dropped)
 //!   joined with OR, less those too common in the agent's rows to tell its
 //!   memories apart (`text.rs`), matched through the GIN index of each
@@ -193,29 +197,76 @@ impl PgStore {
         let dims = embedding.vector.len();
         let model = literal(&embedding.model);
         let qvec = pgvector::Vector::from(embedding.vector.clone());
+        let tenant_bind = tenant.to_string();
         let mut qb: QueryBuilder<Postgres> = QueryBuilder::new("WITH q AS (SELECT ");
         push_tsquery(&mut qb, Words::These(lexemes));
-        qb.push(" AS q) SELECT * FROM (");
+        qb.push(" AS q)");
+        // Per tier: whether the agent has fewer than `exact_scan_below`
+        // vectors there, counted on the primary key of its one partition. An
+        // exact scan is exact, and cheaper while the agent holds a small
+        // share of its partition (the walk then passes mostly other agents'
+        // rows); bench/RESULTS.md, "Each agent's vectors in a partition of
+        // their own table".
+        let below = self.exact_scan_below;
+        for (i, tier) in tiers.iter().enumerate() {
+            qb.push(format!(
+                ", g{i} AS (SELECT count(*) < {below} AS exact FROM (SELECT 1 FROM {} WHERE tenant_id = ",
+                rows::vectors(*tier)
+            ));
+            qb.push_bind(tenant_bind.clone()).push(" AND agent_id = ").push_bind(q.agent_id.clone());
+            qb.push(format!(" LIMIT {below}) AS c)"));
+        }
+        qb.push(" SELECT * FROM (");
         for (i, tier) in tiers.iter().enumerate() {
             if i > 0 {
                 qb.push(" UNION ALL ");
             }
-            // The text rank is computed above the LIMIT, on the leg's rows only.
-            let distance = format!("(embedding::vector({dims}) <=> ");
+            // The text rank is computed above the LIMITs, on the leg's rows only.
             qb.push(format!(
                 "(SELECT {}, vec, similarity, coalesce(ts_rank(n.search_tsv, q.q), 0)::float8 AS text_rank FROM (",
                 rows::NAMES
             ));
+            let vectors = rows::vectors(*tier);
+            // Each candidate's memory row, if it passes the filters: a
+            // subquery with a LIMIT, which the planner cannot merge, so the
+            // candidates are joined one by one in their order and the scans
+            // below stop once `per_leg` rows have passed.
+            let memory_row = |qb: &mut QueryBuilder<Postgres>, candidate: &str| {
+                qb.push(format!(
+                    " CROSS JOIN LATERAL (SELECT {}, search_tsv FROM {} WHERE id = {candidate}.id AND",
+                    rows::columns(*tier),
+                    rows::table(*tier)
+                ));
+                push_filters(qb, tenant, *tier, q, now);
+                qb.push(" LIMIT 1) AS m");
+            };
+            // One of two scans of the agent's partition runs; the other is
+            // skipped by a one-time filter on g{i}. The walk: the model's
+            // HNSW index (the cast expression it is built on), ordered and
+            // limited at the join's level, so the planner follows the graph
+            // and the iterative scan goes on until enough rows pass.
+            qb.push(format!("(SELECT m.*, v.embedding::vector({dims}) AS vec, 1 - (v.embedding::vector({dims}) <=> "));
+            qb.push_bind(qvec.clone());
+            qb.push(format!(") AS similarity FROM {vectors} AS v"));
+            memory_row(&mut qb, "v");
+            qb.push(format!(" WHERE v.embedding_model = {model} AND v.tenant_id = "));
+            qb.push_bind(tenant_bind.clone()).push(" AND v.agent_id = ").push_bind(q.agent_id.clone());
+            qb.push(format!(" AND NOT (SELECT exact FROM g{i}) ORDER BY v.embedding::vector({dims}) <=> "));
+            qb.push_bind(qvec.clone());
+            qb.push(" LIMIT ").push_bind(q.per_leg as i64);
+            // The exact scan: every vector of the agent, sorted in a subquery
+            // (on the bare column, which no index matches), then joined in
+            // that order.
             qb.push(format!(
-                "SELECT {}, search_tsv, embedding::vector({dims}) AS vec, 1 - {distance}",
-                rows::columns(*tier)
+                ") UNION ALL (SELECT m.*, c.vec, 1 - c.distance AS similarity FROM (SELECT id, \
+                 embedding::vector({dims}) AS vec, embedding <=> "
             ));
             qb.push_bind(qvec.clone());
-            qb.push(format!(") AS similarity FROM {} WHERE embedding_model = {model} AND", rows::table(*tier)));
-            push_filters(&mut qb, tenant, *tier, q, now);
-            qb.push(format!(" ORDER BY {distance}"));
-            qb.push_bind(qvec.clone());
-            qb.push(") LIMIT ").push_bind(q.per_leg as i64).push(") AS n, q)");
+            qb.push(format!(" AS distance FROM {vectors} WHERE embedding_model = {model} AND tenant_id = "));
+            qb.push_bind(tenant_bind.clone()).push(" AND agent_id = ").push_bind(q.agent_id.clone());
+            qb.push(format!(" AND (SELECT exact FROM g{i}) ORDER BY distance OFFSET 0) AS c"));
+            memory_row(&mut qb, "c");
+            qb.push(" LIMIT ").push_bind(q.per_leg as i64).push(")) AS n, q)");
         }
         qb.push(") AS v");
         let rows = qb.build().fetch_all(&self.pool).await.map_err(store_error)?;
