@@ -77,8 +77,8 @@ pub struct SearchConfig {
     /// Bound on tuples an iterative HNSW scan visits (pgvector `hnsw.max_scan_tuples`).
     pub max_scan_tuples: u32,
     /// On Postgres, an agent with fewer vectors than this in a tier has them
-    /// all compared with the query there instead of an HNSW walk (0: always
-    /// the walk).
+    /// all compared with the query there instead of an HNSW walk, unless it
+    /// holds most of its partition (0: always the walk).
     pub exact_scan_below: u32,
     /// Two recalled memories at least this similar (cosine) are one; the better scored stays.
     pub dedup_cosine: f64,

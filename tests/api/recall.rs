@@ -174,23 +174,7 @@ async fn the_graph_walk_and_the_exact_scan_find_the_same_memories() {
         return;
     }
     seed(&exact).await;
-    let facts = [
-        "Mira's flight to Lisbon leaves at 9 from gate 14",
-        "Tomás grows heirloom tomatoes in the community garden",
-        "Priya prefers window seats on long flights",
-        "Jonas waters the basil every other morning",
-        "Aiko booked a hotel near the Lisbon riverside",
-        "Bruno's garden shed needs a new lock",
-    ];
-    for (i, fact) in facts.iter().enumerate() {
-        let tier = if i % 2 == 0 { "semantic" } else { "episodic" };
-        exact.write_one(json!({"agent_id": "a", "tier": tier, "content": fact})).await;
-    }
-    for (skill, how) in
-        [("book-flight", "Book Mira's flight: compare fares first"), ("water-garden", "Water Tomás's garden at dusk")]
-    {
-        exact.write_one(json!({"agent_id": "a", "skill_name": skill, "content": how})).await;
-    }
+    write_every_tier(&exact).await;
     let tenant = exact.config.auth.default_tenant.clone();
     let walk = spawn_app_with(|c| {
         c.search.exact_scan_below = 0;
@@ -214,6 +198,122 @@ async fn the_graph_walk_and_the_exact_scan_find_the_same_memories() {
         by_scan.sort();
         by_walk.sort();
         assert_eq!(by_walk, by_scan, "{query}");
+    }
+}
+
+/// Facts, episodes and skills of agent `a`, in every persistent tier.
+async fn write_every_tier(app: &TestApp) {
+    let facts = [
+        "Mira's flight to Lisbon leaves at 9 from gate 14",
+        "Tomás grows heirloom tomatoes in the community garden",
+        "Priya prefers window seats on long flights",
+        "Jonas waters the basil every other morning",
+        "Aiko booked a hotel near the Lisbon riverside",
+        "Bruno's garden shed needs a new lock",
+    ];
+    for (i, fact) in facts.iter().enumerate() {
+        let tier = if i % 2 == 0 { "semantic" } else { "episodic" };
+        app.write_one(json!({"agent_id": "a", "tier": tier, "content": fact})).await;
+    }
+    for (skill, how) in
+        [("book-flight", "Book Mira's flight: compare fares first"), ("water-garden", "Water Tomás's garden at dusk")]
+    {
+        app.write_one(json!({"agent_id": "a", "skill_name": skill, "content": how})).await;
+    }
+}
+
+/// The vector leg's statement in each of its forms, as the server builds
+/// them: the walk, the exact scan (chosen from statistics) and the two
+/// behind a count (no statistics); all return the same rows of every tier.
+#[tokio::test]
+async fn every_form_of_the_vector_leg_returns_the_same_rows() {
+    use std::collections::HashMap;
+
+    use engram::domain::Tier;
+    use engram::store::postgres::search::Legs;
+    use engram::store::postgres::stats::{TableStats, VectorScan};
+    use engram::store::{Embedding, SearchQuery};
+    use sqlx::Row;
+
+    let app = spawn_app().await;
+    let Some(pg) = app.postgres_only("the vector leg's statements") else { return };
+    seed(&app).await;
+    write_every_tier(&app).await;
+    let tenant = app.config.auth.default_tenant.clone();
+    // A stored fact's vector as the query's.
+    let (model, vector): (String, pgvector::Vector) = sqlx::query_as(
+        "SELECT embedding_model, embedding FROM semantic_memory WHERE tenant_id = $1 AND agent_id = 'a' LIMIT 1",
+    )
+    .bind(&tenant)
+    .fetch_one(pg.pool())
+    .await
+    .unwrap();
+    let tiers = [Tier::Episodic, Tier::Semantic, Tier::Procedural];
+    let query = SearchQuery {
+        agent_id: "a".into(),
+        user_id: None,
+        tiers: tiers.to_vec(),
+        text: String::new(),
+        vector: Some(Embedding { model, vector: vector.to_vec() }),
+        metadata: Vec::new(),
+        since: None,
+        until: None,
+        per_leg: 8,
+        include_candidates: false,
+        as_of: None,
+        valid_at: None,
+    };
+    // Statistics of a million rows where `a` is listed with a hundred.
+    let listed = TableStats {
+        rows: 1e6,
+        agents: [((tenant.clone(), "a".to_string()), 1e-4)].into(),
+        agent_floor: 1e-5,
+        agent_ceiling: 1e-4,
+        ..TableStats::default()
+    };
+    let small: HashMap<Tier, TableStats> = tiers.iter().map(|t| (*t, listed.clone())).collect();
+    let none = HashMap::new();
+    // Per form: every row of `a` (40 a tier), as (tier:id, similarity); and
+    // the best 8 of each tier as (tier, similarity), whose ids may differ
+    // among rows of equal similarity.
+    let mut all = Vec::new();
+    let mut best = Vec::new();
+    for (stats, below, form) in
+        [(&small, 5_000, VectorScan::Exact), (&none, 5_000, VectorScan::Counted(5_000)), (&none, 0, VectorScan::Walk)]
+    {
+        for per_leg in [40, 8] {
+            let query = SearchQuery { per_leg, ..query.clone() };
+            let legs = Legs {
+                tenant: &tenant,
+                query: &query,
+                lexemes: &[],
+                tiers: &tiers,
+                now: Utc::now(),
+                stats,
+                exact_scan_below: below,
+            };
+            assert!(legs.vector_scans().iter().all(|(_, s)| *s == form), "{:?}", legs.vector_scans());
+            let mut qb = sqlx::QueryBuilder::new("");
+            legs.push_vector_leg(&mut qb);
+            let rows = qb.build().fetch_all(pg.pool()).await.unwrap();
+            let mut got: Vec<(String, String)> = rows
+                .iter()
+                .map(|r| {
+                    let (tier, id) = (r.get::<String, _>("tier"), r.get::<uuid::Uuid, _>("id"));
+                    let similarity = format!("{:.6}", r.get::<f64, _>("similarity"));
+                    (if per_leg == 40 { format!("{tier}:{id}") } else { tier }, similarity)
+                })
+                .collect();
+            got.sort();
+            if per_leg == 40 { all.push(got) } else { best.push(got) }
+        }
+    }
+    // 33 episodes, 3 facts, 2 skills; 8 + 3 + 2.
+    assert_eq!(all[0].len(), 38, "{:?}", all[0]);
+    assert_eq!(best[0].len(), 13, "{:?}", best[0]);
+    for i in 1..3 {
+        assert_eq!(all[i], all[0]);
+        assert_eq!(best[i], best[0]);
     }
 }
 

@@ -14,9 +14,9 @@ mod reembed;
 pub mod replica;
 mod retention;
 mod rows;
-mod search;
+pub mod search;
 mod share;
-mod text;
+pub mod stats;
 mod transfer;
 mod write;
 
@@ -52,12 +52,12 @@ pub struct PgStore {
     pool: PgPool,
     /// How long an idempotency key is remembered.
     idempotency_ttl: chrono::Duration,
-    /// Word and agent frequencies for the full-text leg (`text.rs`).
-    text_stats: std::sync::Arc<text::TextStats>,
+    /// Word and agent frequencies for both recall legs (`stats.rs`).
+    stats: std::sync::Arc<stats::PlannerStats>,
     /// The read replica, when `database.read_url` names one (`replica.rs`).
     replica: Option<std::sync::Arc<replica::Replica>>,
-    /// `search.exact_scan_below` (`search.rs`).
-    exact_scan_below: i64,
+    /// `search.exact_scan_below` (`stats.rs`).
+    exact_scan_below: u32,
 }
 
 /// Connects a pool (the server starts even if Postgres is momentarily down;
@@ -129,16 +129,17 @@ impl PgStore {
         Self {
             pool,
             idempotency_ttl: chrono::Duration::hours(i64::from(idempotency_ttl_hours)),
-            text_stats: Default::default(),
+            stats: Default::default(),
             replica: None,
-            exact_scan_below: i64::from(SearchConfig::default().exact_scan_below),
+            exact_scan_below: SearchConfig::default().exact_scan_below,
         }
     }
 
     /// Agents with fewer vectors than `n` in a tier are searched there by
-    /// comparing them all, not by an HNSW walk (`search.exact_scan_below`).
+    /// comparing them all, not by an HNSW walk, unless they hold most of
+    /// their partition (`search.exact_scan_below`, `stats.rs`).
     pub fn with_exact_scan_below(mut self, n: u32) -> Self {
-        self.exact_scan_below = i64::from(n);
+        self.exact_scan_below = n;
         self
     }
 

@@ -2,17 +2,17 @@
 //!
 //! - vector: per tier, the agent's partition of the tier's vector table
 //!   (migration 0018), ordered by `embedding::vector(D) <=> q` on the
-//!   model's partial HNSW index, or, for an agent with fewer than
-//!   `search.exact_scan_below` vectors there, every vector of the agent
-//!   compared and sorted; each candidate then joins its memory row, which
-//!   the filters apply to, until `per_leg` pass. The model name and dimension are written
+//!   model's partial HNSW index, or, for a small agent, every vector of the
+//!   agent compared and sorted (which one: `stats::TableStats::vector_scan`);
+//!   each candidate then joins its memory row, which the filters apply to,
+//!   until `per_leg` pass. The model name and dimension are written
 //!   into the SQL as literals so that the planner can match the partial index
 //!   even with a generic (prepared) plan. Connections run with
 //!   `hnsw.iterative_scan = relaxed_order`, so the walk goes on until the
 //!   filters above it have passed enough rows (set in `connect_lazy`).
 //! - full text: the query's words (English stemming, stop words dropped)
 //!   joined with OR, less those too common in the agent's rows to tell its
-//!   memories apart (`text.rs`), matched through the GIN index of each
+//!   memories apart (`stats.rs`), matched through the GIN index of each
 //!   agent's words (migration 0015: every lexeme prefixed by
 //!   `engram_agent_key` of its row's tenant and agent, so that the scan reads
 //!   only the searched agent's entries), ranked by `ts_rank` on `search_tsv`
@@ -28,7 +28,11 @@
 //!
 //! Both legs are planned for their own agent at every run: connections run
 //! with `plan_cache_mode = force_custom_plan` (`connect_lazy`).
+//!
+//! The statements are built by `Legs`, public so that the recall benchmark
+//! runs and explains exactly the server's statements.
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use chrono::{DateTime, Utc};
@@ -36,6 +40,7 @@ use futures::try_join;
 use sqlx::{AssertSqlSafe, Postgres, QueryBuilder, Row};
 
 use super::rows::{self, MemoryRow};
+use super::stats::{TableStats, VectorScan};
 use super::{PgStore, observe, store_error};
 use crate::domain::{Memory, Tier};
 use crate::store::{Adjacent, Hit, SearchHits, SearchQuery, StoreResult};
@@ -183,6 +188,19 @@ impl PgStore {
         Ok(SearchHits { hits, vector_leg, text_leg, vector_ms, text_ms })
     }
 
+    /// One search's statements, with the statistics as they stand.
+    fn legs<'a>(
+        &self,
+        tenant: &'a str,
+        q: &'a SearchQuery,
+        lexemes: &'a [String],
+        tiers: &'a [Tier],
+        now: DateTime<Utc>,
+        stats: &'a HashMap<Tier, TableStats>,
+    ) -> Legs<'a> {
+        Legs { tenant, query: q, lexemes, tiers, now, stats, exact_scan_below: self.exact_scan_below }
+    }
+
     /// The nearest rows by cosine, each with its full-text rank too (0 when
     /// it matches no query word, or the query has none).
     async fn vector_leg(
@@ -193,82 +211,9 @@ impl PgStore {
         tiers: &[Tier],
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<Hit>> {
-        let embedding = q.vector.as_ref().expect("vector leg needs a vector");
-        let dims = embedding.vector.len();
-        let model = literal(&embedding.model);
-        let qvec = pgvector::Vector::from(embedding.vector.clone());
-        let tenant_bind = tenant.to_string();
-        let mut qb: QueryBuilder<Postgres> = QueryBuilder::new("WITH q AS (SELECT ");
-        push_tsquery(&mut qb, Words::These(lexemes));
-        qb.push(" AS q)");
-        // Per tier: whether the agent has fewer than `exact_scan_below`
-        // vectors there, counted on the primary key of its one partition. An
-        // exact scan is exact, and cheaper while the agent holds a small
-        // share of its partition (the walk then passes mostly other agents'
-        // rows); bench/RESULTS.md, "Each agent's vectors in a partition of
-        // their own table".
-        let below = self.exact_scan_below;
-        for (i, tier) in tiers.iter().enumerate() {
-            qb.push(format!(
-                ", g{i} AS (SELECT count(*) < {below} AS exact FROM (SELECT 1 FROM {} WHERE tenant_id = ",
-                rows::vectors(*tier)
-            ));
-            qb.push_bind(tenant_bind.clone()).push(" AND agent_id = ").push_bind(q.agent_id.clone());
-            qb.push(format!(" LIMIT {below}) AS c)"));
-        }
-        qb.push(" SELECT * FROM (");
-        for (i, tier) in tiers.iter().enumerate() {
-            if i > 0 {
-                qb.push(" UNION ALL ");
-            }
-            // The text rank is computed above the LIMITs, on the leg's rows only.
-            qb.push(format!(
-                "(SELECT {}, vec, similarity, coalesce(ts_rank(n.search_tsv, q.q), 0)::float8 AS text_rank FROM (",
-                rows::NAMES
-            ));
-            let vectors = rows::vectors(*tier);
-            // Each candidate's memory row, if it passes the filters: a
-            // subquery with a LIMIT, which the planner cannot merge, so the
-            // candidates are joined one by one in their order and the scans
-            // below stop once `per_leg` rows have passed.
-            let memory_row = |qb: &mut QueryBuilder<Postgres>, candidate: &str| {
-                qb.push(format!(
-                    " CROSS JOIN LATERAL (SELECT {}, search_tsv FROM {} WHERE id = {candidate}.id AND",
-                    rows::columns(*tier),
-                    rows::table(*tier)
-                ));
-                push_filters(qb, tenant, *tier, q, now);
-                qb.push(" LIMIT 1) AS m");
-            };
-            // One of two scans of the agent's partition runs; the other is
-            // skipped by a one-time filter on g{i}. The walk: the model's
-            // HNSW index (the cast expression it is built on), ordered and
-            // limited at the join's level, so the planner follows the graph
-            // and the iterative scan goes on until enough rows pass.
-            qb.push(format!("(SELECT m.*, v.embedding::vector({dims}) AS vec, 1 - (v.embedding::vector({dims}) <=> "));
-            qb.push_bind(qvec.clone());
-            qb.push(format!(") AS similarity FROM {vectors} AS v"));
-            memory_row(&mut qb, "v");
-            qb.push(format!(" WHERE v.embedding_model = {model} AND v.tenant_id = "));
-            qb.push_bind(tenant_bind.clone()).push(" AND v.agent_id = ").push_bind(q.agent_id.clone());
-            qb.push(format!(" AND NOT (SELECT exact FROM g{i}) ORDER BY v.embedding::vector({dims}) <=> "));
-            qb.push_bind(qvec.clone());
-            qb.push(" LIMIT ").push_bind(q.per_leg as i64);
-            // The exact scan: every vector of the agent, sorted in a subquery
-            // (on the bare column, which no index matches), then joined in
-            // that order.
-            qb.push(format!(
-                ") UNION ALL (SELECT m.*, c.vec, 1 - c.distance AS similarity FROM (SELECT id, \
-                 embedding::vector({dims}) AS vec, embedding <=> "
-            ));
-            qb.push_bind(qvec.clone());
-            qb.push(format!(" AS distance FROM {vectors} WHERE embedding_model = {model} AND tenant_id = "));
-            qb.push_bind(tenant_bind.clone()).push(" AND agent_id = ").push_bind(q.agent_id.clone());
-            qb.push(format!(" AND (SELECT exact FROM g{i}) ORDER BY distance OFFSET 0) AS c"));
-            memory_row(&mut qb, "c");
-            qb.push(" LIMIT ").push_bind(q.per_leg as i64).push(")) AS n, q)");
-        }
-        qb.push(") AS v");
+        let stats = self.stats.get(&self.pool);
+        let mut qb = QueryBuilder::new("");
+        self.legs(tenant, q, lexemes, tiers, now, &stats).push_vector_leg(&mut qb);
         let rows = qb.build().fetch_all(&self.pool).await.map_err(store_error)?;
         rows.into_iter()
             .map(|row| {
@@ -284,9 +229,7 @@ impl PgStore {
     }
 
     /// The best full-text matches, each with its cosine to the query vector
-    /// too when it has a vector of the query's model. Each table is searched
-    /// for the query's words less those too common in the agent's rows
-    /// there to tell its memories apart (`text::TableStats::choose`).
+    /// too when it has a vector of the query's model.
     async fn text_leg(
         &self,
         tenant: &str,
@@ -295,73 +238,9 @@ impl PgStore {
         tiers: &[Tier],
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<Hit>> {
-        let stats = self.text_stats.get(&self.pool);
-        let mut qb: QueryBuilder<Postgres> = QueryBuilder::new("WITH ");
-        for (i, tier) in tiers.iter().enumerate() {
-            let chosen: Vec<String> = match stats.get(tier) {
-                Some(s) => s.choose(&q.agent_id, lexemes).into_iter().map(str::to_string).collect(),
-                None => lexemes.to_vec(),
-            };
-            if i > 0 {
-                qb.push(", ");
-            }
-            qb.push(format!("q{i} AS (SELECT "));
-            push_tsquery(&mut qb, Words::These(&chosen));
-            qb.push(" AS q, ");
-            push_agent_tsquery(&mut qb, tenant, &q.agent_id, &chosen);
-            qb.push(" AS k)");
-        }
-        qb.push(" SELECT * FROM (");
-        // Cosine and vector of the ranked rows (outside the inner LIMITs), when
-        // a row's vector is of the query's model; NULL otherwise.
-        let (similarity, vec) = match &q.vector {
-            Some(e) => {
-                let dims = e.vector.len();
-                let model = literal(&e.model);
-                (
-                    Some(format!("CASE WHEN r.embedding_model = {model} THEN 1 - (r.embedding::vector({dims}) <=> ")),
-                    format!("CASE WHEN r.embedding_model = {model} THEN r.embedding::vector({dims}) END"),
-                )
-            }
-            None => (None, "NULL::vector".to_string()),
-        };
-        for (i, tier) in tiers.iter().enumerate() {
-            if i > 0 {
-                qb.push(" UNION ALL ");
-            }
-            qb.push(format!("(SELECT {}, text_rank, {vec} AS vec, ", rows::NAMES));
-            match &similarity {
-                Some(s) => {
-                    qb.push(s);
-                    qb.push_bind(pgvector::Vector::from(q.vector.as_ref().map(|e| e.vector.clone()).unwrap()));
-                    qb.push(") END");
-                }
-                None => {
-                    qb.push("NULL::float8");
-                }
-            }
-            qb.push(" AS similarity FROM (");
-            // The agent's words select the rows in a subquery that the
-            // planner may not merge (OFFSET 0), the filters apply above it.
-            // Merged, the planner takes the words and the agent for
-            // independent conditions and ANDs the words' bitmap with every
-            // row of the agent from a (tenant, agent, ...) B-tree, which
-            // costs as much as the old index's agent key did; the agent's
-            // words hold only the agent's rows already.
-            let table = rows::table(*tier);
-            qb.push(format!(
-                "SELECT m.*, ts_rank(m.search_tsv, q.q)::float8 AS text_rank FROM (SELECT {}, search_tsv, \
-                 embedding FROM (SELECT * FROM {table} WHERE engram_agent_words(tenant_id, agent_id, search_tsv) \
-                 @@ (SELECT k FROM q{i}) OFFSET 0) AS {table} WHERE",
-                rows::columns(*tier),
-            ));
-            push_filters(&mut qb, tenant, *tier, q, now);
-            qb.push(" LIMIT ").push_bind(MAX_TEXT_MATCHES);
-            qb.push(format!(") AS m, q{i} AS q ORDER BY text_rank DESC LIMIT "))
-                .push_bind(q.per_leg as i64)
-                .push(") AS r)");
-        }
-        qb.push(") AS t");
+        let stats = self.stats.get(&self.pool);
+        let mut qb = QueryBuilder::new("");
+        self.legs(tenant, q, lexemes, tiers, now, &stats).push_text_leg(&mut qb);
         let rows = qb.build().fetch_all(&self.pool).await.map_err(store_error)?;
         rows.into_iter()
             .map(|row| {
@@ -482,5 +361,215 @@ impl PgStore {
                 .map_err(store_error)?;
         }
         Ok(())
+    }
+}
+
+/// One search as the two legs' statements see it.
+pub struct Legs<'a> {
+    pub tenant: &'a str,
+    pub query: &'a SearchQuery,
+    /// The query's lexemes (English stemming, stop words dropped).
+    pub lexemes: &'a [String],
+    /// The persistent tiers searched.
+    pub tiers: &'a [Tier],
+    /// Expiry is judged at this time.
+    pub now: DateTime<Utc>,
+    /// The planner's statistics of each memory table (`stats::read`); a
+    /// tier without them has every query word searched and its vector scan
+    /// chosen by a count.
+    pub stats: &'a HashMap<Tier, TableStats>,
+    /// `search.exact_scan_below`.
+    pub exact_scan_below: u32,
+}
+
+impl Legs<'_> {
+    /// How each searched tier's vectors of the agent are read.
+    pub fn vector_scans(&self) -> Vec<(Tier, VectorScan)> {
+        let agent = &self.query.agent_id;
+        let below = self.exact_scan_below;
+        self.tiers
+            .iter()
+            .map(|t| {
+                let scan = match self.stats.get(t) {
+                    Some(s) => s.vector_scan(self.tenant, agent, below),
+                    None => TableStats::default().vector_scan(self.tenant, agent, below),
+                };
+                (*t, scan)
+            })
+            .collect()
+    }
+
+    /// Appends the vector leg's statement to `qb` (empty, or holding a
+    /// prefix such as EXPLAIN): the nearest rows by cosine, each with its
+    /// memory row's columns, `vec`, `similarity` and `text_rank`. The query
+    /// must have a vector.
+    pub fn push_vector_leg(&self, qb: &mut QueryBuilder<Postgres>) {
+        let (tenant, q) = (self.tenant, self.query);
+        let embedding = q.vector.as_ref().expect("vector leg needs a vector");
+        let dims = embedding.vector.len();
+        let model = literal(&embedding.model);
+        let qvec = pgvector::Vector::from(embedding.vector.clone());
+        let scans = self.vector_scans();
+        qb.push("WITH q AS (SELECT ");
+        push_tsquery(qb, Words::These(self.lexemes));
+        qb.push(" AS q)");
+        // A tier whose scan the statistics cannot choose: whether the agent
+        // has fewer than `below` vectors there, counted on the primary key
+        // of its one partition.
+        for (i, (tier, scan)) in scans.iter().enumerate() {
+            if let VectorScan::Counted(below) = scan {
+                qb.push(format!(
+                    ", g{i} AS (SELECT count(*) < {below} AS exact FROM (SELECT 1 FROM {} WHERE tenant_id = ",
+                    rows::vectors(*tier)
+                ));
+                qb.push_bind(tenant.to_string()).push(" AND agent_id = ").push_bind(q.agent_id.clone());
+                qb.push(format!(" LIMIT {below}) AS c)"));
+            }
+        }
+        qb.push(" SELECT * FROM (");
+        for (i, (tier, scan)) in scans.iter().enumerate() {
+            if i > 0 {
+                qb.push(" UNION ALL ");
+            }
+            // The text rank is computed above the LIMITs, on the leg's rows only.
+            qb.push(format!(
+                "(SELECT {}, vec, similarity, coalesce(ts_rank(n.search_tsv, q.q), 0)::float8 AS text_rank FROM (",
+                rows::NAMES
+            ));
+            let vectors = rows::vectors(*tier);
+            // Each candidate's memory row, if it passes the filters: a
+            // subquery with a LIMIT, which the planner cannot merge, so the
+            // candidates are joined one by one in their order and the scan
+            // below stops once `per_leg` rows have passed.
+            let memory_row = |qb: &mut QueryBuilder<Postgres>, candidate: &str| {
+                qb.push(format!(
+                    " CROSS JOIN LATERAL (SELECT {}, search_tsv FROM {} WHERE id = {candidate}.id AND",
+                    rows::columns(*tier),
+                    rows::table(*tier)
+                ));
+                push_filters(qb, tenant, *tier, q, self.now);
+                qb.push(" LIMIT 1) AS m");
+            };
+            // The walk: the model's HNSW index (the cast expression it is
+            // built on), ordered and limited at the join's level, so the
+            // planner follows the graph and the iterative scan goes on
+            // until enough rows pass.
+            let walk = |qb: &mut QueryBuilder<Postgres>, gate: &str| {
+                qb.push(format!(
+                    "(SELECT m.*, v.embedding::vector({dims}) AS vec, 1 - (v.embedding::vector({dims}) <=> "
+                ));
+                qb.push_bind(qvec.clone());
+                qb.push(format!(") AS similarity FROM {vectors} AS v"));
+                memory_row(qb, "v");
+                qb.push(format!(" WHERE v.embedding_model = {model} AND v.tenant_id = "));
+                qb.push_bind(tenant.to_string()).push(" AND v.agent_id = ").push_bind(q.agent_id.clone());
+                qb.push(format!("{gate} ORDER BY v.embedding::vector({dims}) <=> "));
+                qb.push_bind(qvec.clone());
+                qb.push(" LIMIT ").push_bind(q.per_leg as i64).push(")");
+            };
+            // The exact scan: every vector of the agent, sorted in a
+            // subquery (on the bare column, which no index matches), then
+            // joined in that order.
+            let exact = |qb: &mut QueryBuilder<Postgres>, gate: &str| {
+                qb.push(format!(
+                    "(SELECT m.*, c.vec, 1 - c.distance AS similarity FROM (SELECT id, \
+                     embedding::vector({dims}) AS vec, embedding <=> "
+                ));
+                qb.push_bind(qvec.clone());
+                qb.push(format!(" AS distance FROM {vectors} WHERE embedding_model = {model} AND tenant_id = "));
+                qb.push_bind(tenant.to_string()).push(" AND agent_id = ").push_bind(q.agent_id.clone());
+                qb.push(format!("{gate} ORDER BY distance OFFSET 0) AS c"));
+                memory_row(qb, "c");
+                qb.push(" LIMIT ").push_bind(q.per_leg as i64).push(")");
+            };
+            match scan {
+                VectorScan::Walk => walk(qb, ""),
+                VectorScan::Exact => exact(qb, ""),
+                // Both, one of which a one-time filter on g{i} skips.
+                VectorScan::Counted(_) => {
+                    walk(qb, &format!(" AND NOT (SELECT exact FROM g{i})"));
+                    qb.push(" UNION ALL ");
+                    exact(qb, &format!(" AND (SELECT exact FROM g{i})"));
+                }
+            }
+            qb.push(") AS n, q)");
+        }
+        qb.push(") AS v");
+    }
+
+    /// Appends the text leg's statement to `qb` (empty, or holding a
+    /// prefix): the best full-text matches, each with its memory row's
+    /// columns, `text_rank`, and `vec` and `similarity` when its vector is
+    /// of the query's model. Each table is searched for the query's words
+    /// less those too common in the agent's rows there to tell its memories
+    /// apart (`stats::TableStats::choose`). The query must have lexemes.
+    pub fn push_text_leg(&self, qb: &mut QueryBuilder<Postgres>) {
+        let (tenant, q, lexemes) = (self.tenant, self.query, self.lexemes);
+        qb.push("WITH ");
+        for (i, tier) in self.tiers.iter().enumerate() {
+            let chosen: Vec<String> = match self.stats.get(tier) {
+                Some(s) => s.choose(tenant, &q.agent_id, lexemes).into_iter().map(str::to_string).collect(),
+                None => lexemes.to_vec(),
+            };
+            if i > 0 {
+                qb.push(", ");
+            }
+            qb.push(format!("q{i} AS (SELECT "));
+            push_tsquery(qb, Words::These(&chosen));
+            qb.push(" AS q, ");
+            push_agent_tsquery(qb, tenant, &q.agent_id, &chosen);
+            qb.push(" AS k)");
+        }
+        qb.push(" SELECT * FROM (");
+        // Cosine and vector of the ranked rows (outside the inner LIMITs), when
+        // a row's vector is of the query's model; NULL otherwise.
+        let (similarity, vec) = match &q.vector {
+            Some(e) => {
+                let dims = e.vector.len();
+                let model = literal(&e.model);
+                (
+                    Some(format!("CASE WHEN r.embedding_model = {model} THEN 1 - (r.embedding::vector({dims}) <=> ")),
+                    format!("CASE WHEN r.embedding_model = {model} THEN r.embedding::vector({dims}) END"),
+                )
+            }
+            None => (None, "NULL::vector".to_string()),
+        };
+        for (i, tier) in self.tiers.iter().enumerate() {
+            if i > 0 {
+                qb.push(" UNION ALL ");
+            }
+            qb.push(format!("(SELECT {}, text_rank, {vec} AS vec, ", rows::NAMES));
+            match (&similarity, &q.vector) {
+                (Some(s), Some(e)) => {
+                    qb.push(s);
+                    qb.push_bind(pgvector::Vector::from(e.vector.clone()));
+                    qb.push(") END");
+                }
+                _ => {
+                    qb.push("NULL::float8");
+                }
+            }
+            qb.push(" AS similarity FROM (");
+            // The agent's words select the rows in a subquery that the
+            // planner may not merge (OFFSET 0), the filters apply above it.
+            // Merged, the planner takes the words and the agent for
+            // independent conditions and ANDs the words' bitmap with every
+            // row of the agent from a (tenant, agent, ...) B-tree, which
+            // costs as much as the old index's agent key did; the agent's
+            // words hold only the agent's rows already.
+            let table = rows::table(*tier);
+            qb.push(format!(
+                "SELECT m.*, ts_rank(m.search_tsv, q.q)::float8 AS text_rank FROM (SELECT {}, search_tsv, \
+                 embedding FROM (SELECT * FROM {table} WHERE engram_agent_words(tenant_id, agent_id, search_tsv) \
+                 @@ (SELECT k FROM q{i}) OFFSET 0) AS {table} WHERE",
+                rows::columns(*tier),
+            ));
+            push_filters(qb, tenant, *tier, q, self.now);
+            qb.push(" LIMIT ").push_bind(MAX_TEXT_MATCHES);
+            qb.push(format!(") AS m, q{i} AS q ORDER BY text_rank DESC LIMIT "))
+                .push_bind(q.per_leg as i64)
+                .push(") AS r)");
+        }
+        qb.push(") AS t");
     }
 }
