@@ -92,6 +92,23 @@ async fn postgres_rows_containing(pool: &sqlx::PgPool, needle: &str) -> i64 {
     .unwrap()
 }
 
+/// Planner statistics of the memory tables and their indexes' expressions
+/// (values sampled from their rows: histograms, most common values and
+/// words) that hold `needle`.
+async fn planner_statistics_containing(pool: &sqlx::PgPool, needle: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() \
+           AND tablename IN (SELECT c.relname FROM pg_class c LEFT JOIN pg_index i ON i.indexrelid = c.oid \
+                WHERE coalesce(i.indrelid, c.oid) IN \
+                  ('episodic_memory'::regclass, 'semantic_memory'::regclass, 'procedural_memory'::regclass)) \
+           AND concat(histogram_bounds::text, most_common_vals::text, most_common_elems::text) LIKE $1",
+    )
+    .bind(format!("%{needle}%"))
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
 #[tokio::test]
 async fn a_users_memories_are_hidden_at_once_then_gone_from_every_store_with_a_receipt() {
     let app = spawn_isolated(|_| {}).await;
@@ -147,6 +164,10 @@ async fn a_users_memories_are_hidden_at_once_then_gone_from_every_store_with_a_r
         .await;
     if let Some(store) = app.storage.sqlite() {
         assert!(!files_containing(store.dir(), &marker).is_empty(), "the test writes the marker to disk");
+    }
+    if let Some(pg) = app.storage.pg() {
+        sqlx::query("ANALYZE episodic_memory, semantic_memory, procedural_memory").execute(pg.pool()).await.unwrap();
+        assert!(planner_statistics_containing(pg.pool(), &marker).await > 0, "the statistics sample the marker");
     }
 
     let (status, accepted) = post_json(&app, "/v1/erasure", &json!({"user_id": "alice"})).await;
@@ -210,6 +231,7 @@ async fn a_users_memories_are_hidden_at_once_then_gone_from_every_store_with_a_r
     // Direct looks at every store.
     if let Some(pg) = app.storage.pg() {
         assert_eq!(postgres_rows_containing(pg.pool(), &marker).await, 0);
+        assert_eq!(planner_statistics_containing(pg.pool(), &marker).await, 0, "sampled again after the purge");
         assert_eq!(redis_values_containing(&app, &marker), 0);
         // The claims and the vectors kept for the verification end with it.
         let left: (i64, i64) =

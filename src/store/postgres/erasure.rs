@@ -465,8 +465,13 @@ impl PgStore {
     /// deleted rows' old versions) are removed from the heap and from every
     /// index, the HNSW graphs included. VACUUM marks the space free; it does
     /// not overwrite it (VACUUM FULL would rewrite the tables, at the price
-    /// of an exclusive lock).
+    /// of an exclusive lock). Then ANALYZE of the memory tables: the
+    /// planner's statistics hold values sampled from their rows (contents
+    /// in a column's histogram, common words, the most common (tenant,
+    /// agent) pairs of migration 0019), which are drawn again from the rows
+    /// that remain.
     pub async fn vacuum_for_erasure(&self) -> StoreResult<()> {
+        // Two statements: VACUUM may not share a query string with another.
         sqlx::query(
             "VACUUM episodic_memory, semantic_memory, procedural_memory, episodic_vectors, semantic_vectors, \
              procedural_vectors, idempotency_keys, working_outbox, erasure_items",
@@ -474,6 +479,39 @@ impl PgStore {
         .execute(&self.pool)
         .await
         .map_err(store_error)?;
+        sqlx::query("ANALYZE episodic_memory, semantic_memory, procedural_memory")
+            .execute(&self.pool)
+            .await
+            .map_err(store_error)?;
+        // ANALYZE of a table with no rows left writes no statistics, so the
+        // old ones stay; Postgres 18 can clear them (those of the table's
+        // columns and of its indexes' expressions). Earlier versions keep
+        // them until the table has rows again.
+        let version: i32 = sqlx::query_scalar("SELECT current_setting('server_version_num')::int")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(store_error)?;
+        if version >= 180_000 {
+            for table in ["episodic_memory", "semantic_memory", "procedural_memory"] {
+                let empty: bool =
+                    sqlx::query_scalar(AssertSqlSafe(format!("SELECT NOT EXISTS (SELECT 1 FROM {table})")))
+                        .fetch_one(&self.pool)
+                        .await
+                        .map_err(store_error)?;
+                if empty {
+                    sqlx::query(
+                        "SELECT count(pg_clear_attribute_stats(s.schemaname::text, s.tablename::text, s.attname::text, \
+                                s.inherited)) \
+                         FROM pg_stats s WHERE s.schemaname = current_schema() AND (s.tablename = $1 OR s.tablename IN \
+                           (SELECT i.indexrelid::regclass::text FROM pg_index i WHERE i.indrelid = $1::regclass))",
+                    )
+                    .bind(table)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(store_error)?;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -640,5 +678,8 @@ async fn append_audit_on(conn: &mut sqlx::PgConnection, e: &NewAuditEntry) -> St
 
 /// Purge results, as the receipt states them.
 pub(crate) fn vacuumed() -> BTreeMap<String, String> {
-    BTreeMap::from([("postgres".to_string(), "vacuumed (dead tuples and index entries removed)".to_string())])
+    BTreeMap::from([(
+        "postgres".to_string(),
+        "vacuumed (dead tuples and index entries removed), statistics re-sampled".to_string(),
+    )])
 }
