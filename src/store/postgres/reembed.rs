@@ -13,12 +13,17 @@ use crate::domain::Tier;
 use crate::embed::Embedder;
 use crate::store::StoreResult;
 
+/// Rows whose vector is missing or of another model than `$1`: three ranges
+/// of the `embedding_model` index (migration 0020), where `IS DISTINCT FROM`
+/// would read every row.
+const OTHER_MODEL: &str = "(embedding_model IS NULL OR embedding_model < $1 OR embedding_model > $1)";
+
 impl PgStore {
     /// Rows of every tier whose vector is missing or from another model.
     pub async fn reembed_pending(&self, model: &str) -> StoreResult<i64> {
         let mut total = 0;
         for tier in [Tier::Episodic, Tier::Semantic, Tier::Procedural] {
-            let sql = format!("SELECT count(*) FROM {} WHERE embedding_model IS DISTINCT FROM $1", rows::table(tier));
+            let sql = format!("SELECT count(*) FROM {} WHERE {OTHER_MODEL}", rows::table(tier));
             let n: i64 =
                 sqlx::query_scalar(AssertSqlSafe(sql)).bind(model).fetch_one(&self.pool).await.map_err(store_error)?;
             total += n;
@@ -36,10 +41,8 @@ impl PgStore {
     ) -> anyhow::Result<usize> {
         let table = rows::table(tier);
         let mut tx = self.pool.begin().await?;
-        let sql = format!(
-            "SELECT tenant_id, id, content FROM {table} WHERE embedding_model IS DISTINCT FROM $1 \
-             LIMIT $2 FOR UPDATE SKIP LOCKED"
-        );
+        let sql =
+            format!("SELECT tenant_id, id, content FROM {table} WHERE {OTHER_MODEL} LIMIT $2 FOR UPDATE SKIP LOCKED");
         let claimed =
             sqlx::query(AssertSqlSafe(sql)).bind(embedder.model_id()).bind(batch as i64).fetch_all(&mut *tx).await?;
         if claimed.is_empty() {
