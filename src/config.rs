@@ -111,7 +111,7 @@ const MAX_ACCESS_INTERVAL_SECS: u64 = 365 * 24 * 3600;
 impl Default for SearchConfig {
     fn default() -> Self {
         Self {
-            ef_search: 100,
+            ef_search: 40,
             max_scan_tuples: 20_000,
             exact_scan_below: 5_000,
             dedup_cosine: 0.95,

@@ -89,7 +89,8 @@ struct Args {
     #[arg(long, default_value_t = 300)]
     recall_sample: usize,
     /// hnsw.ef_search values whose recall and latency are measured (the
-    /// server's is 100; the aims are judged at the server's).
+    /// server's is `search.ef_search`, 40 by default; the aims are judged at
+    /// the server's).
     #[arg(long, value_delimiter = ',', default_values_t = [40, 100, 200])]
     ef_search: Vec<u32>,
     /// Agents of `--tiny-agent-memories` each, beyond agent A and the ten
@@ -736,7 +737,8 @@ async fn main() -> anyhow::Result<()> {
     );
     println!();
     println!(
-        "### ANN recall@20 of the vector leg (iterative relaxed_order, max_scan_tuples 20000; the server runs ef_search 100) against exact search"
+        "### ANN recall@20 of the vector leg (iterative relaxed_order, max_scan_tuples 20000; the server runs ef_search {}) against exact search",
+        SearchConfig::default().ef_search
     );
     println!();
     println!(
