@@ -487,7 +487,7 @@ mod tests {
             .collect();
         for budget in [0, 5, 17, 64, 100, 333, 1000, 5000] {
             let fast = pack(&cands, "flight delayed", budget, &Allocation::default(), &tok);
-            let slow = pack(&cands, "flight delayed", budget, &Allocation::default(), &CountEverything(tok.clone()));
+            let slow = pack(&cands, "flight delayed", budget, &Allocation::default(), &CountEverything(tok));
             assert_eq!(fast, slow, "budget {budget}");
         }
     }
