@@ -148,9 +148,49 @@ impl Packed {
 
 const TIER_ORDER: [Tier; 4] = [Tier::Working, Tier::Semantic, Tier::Episodic, Tier::Procedural];
 
+/// A memory's line in the block: `[tier] ` and its words joined by single
+/// spaces. Packing builds one for every candidate it weighs (a thousand for
+/// a context), so it is built in one allocation.
 fn line(tier: Tier, text: &str) -> String {
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    format!("[{}] {flat}\n", tier.as_str())
+    let mut out = String::with_capacity(text.len() + 16);
+    out.push('[');
+    out.push_str(tier.as_str());
+    out.push_str("] ");
+    let start = out.len();
+    for_each_word(text, |word| {
+        if out.len() > start {
+            out.push(' ');
+        }
+        out.push_str(word);
+    });
+    out.push('\n');
+    out
+}
+
+/// Calls `f` with each word of `text` as `str::split_whitespace` finds them;
+/// an ASCII text (most memories) is split byte by byte, without decoding
+/// characters or looking up Unicode's whitespace table.
+pub fn for_each_word<'a>(text: &'a str, mut f: impl FnMut(&'a str)) {
+    if !text.is_ascii() {
+        text.split_whitespace().for_each(f);
+        return;
+    }
+    // `char::is_whitespace` on ASCII: space and \t \n \x0b \x0c \r.
+    let space = |b: u8| matches!(b, b' ' | b'\t'..=b'\r');
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        while i < bytes.len() && space(bytes[i]) {
+            i += 1;
+        }
+        let start = i;
+        while i < bytes.len() && !space(bytes[i]) {
+            i += 1;
+        }
+        if start < i {
+            f(&text[start..i]);
+        }
+    }
 }
 
 fn words(text: &str) -> HashSet<String> {
@@ -337,6 +377,25 @@ fn render(candidates: &[Candidate], taken: &[Option<PackedItem>]) -> (Vec<Packed
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn words_are_split_like_split_whitespace() {
+        let texts = [
+            "plain words here",
+            "  leading and trailing  ",
+            "tabs\tnew\nlines\r\nvertical\x0btab\x0cfeed",
+            "no-break\u{a0}space and ideographic\u{3000}space, em\u{2003}space",
+            "",
+            " \t\n ",
+            "one",
+        ];
+        for text in texts {
+            let mut words = Vec::new();
+            for_each_word(text, |w| words.push(w));
+            assert_eq!(words, text.split_whitespace().collect::<Vec<_>>(), "{text:?}");
+        }
+        assert_eq!(line(Tier::Semantic, "  a\n b\x0bc  "), "[semantic] a b c\n");
+    }
 
     /// Counts whitespace-separated words: simple enough to work the numbers
     /// out by hand. (The server uses a BPE tokenizer; see the tiktoken test.)

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::context::Tokenizer;
+use super::context::{Tokenizer, for_each_word};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -44,7 +44,9 @@ impl Tokenizer for Bpe {
     /// may only start with one whitespace character, before its word), and
     /// BPE merges only within a piece: every word costs at least one token.
     fn at_least(&self, text: &str) -> usize {
-        text.split_whitespace().count()
+        let mut words = 0;
+        for_each_word(text, |_| words += 1);
+        words
     }
 
     fn truncate(&self, text: &str, max_tokens: usize) -> String {
