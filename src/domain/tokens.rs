@@ -3,8 +3,8 @@
 //! binary, no network). It splits text with the encodings' own patterns,
 //! rewritten without look-around for a faster regex engine, and counts each
 //! piece without building its token list; its tokens equal tiktoken's (the
-//! tests compare them), at a fraction of the cost. Counting is most of what
-//! packing a context costs.
+//! tests compare them), at a fraction of the cost. Counting is the largest
+//! part of packing a context.
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
